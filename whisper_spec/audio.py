@@ -1,0 +1,81 @@
+"""Audio files -> 16 kHz mono float32 -> log-mel features of 30 s windows."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import soundfile
+import torch
+import torch.nn.functional as F
+
+SAMPLE_RATE = 16000
+N_FFT = 400
+HOP_LENGTH = 160
+CHUNK_SECONDS = 30
+N_SAMPLES = CHUNK_SECONDS * SAMPLE_RATE  # 480000 samples in a 30 s window
+N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames in a window
+
+
+class AudioError(ValueError):
+    """An audio file that cannot be used; the message names the file and the problem."""
+
+
+def load_audio(path: str | Path) -> np.ndarray:
+    """Decode a file (wav, flac, ogg, mp3, ...) to 16 kHz mono float32, resampling and downmixing."""
+    path = Path(path)
+    if not path.exists():
+        raise AudioError(f"{path}: no such file")
+    if path.is_dir():
+        raise AudioError(f"{path}: is a directory, not an audio file")
+    if path.stat().st_size == 0:
+        raise AudioError(f"{path}: empty file")
+    try:
+        audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+    except Exception as error:  # libsndfile names the problem but not always the file
+        raise AudioError(f"{path}: cannot decode audio ({_first_line(error)})") from None
+    if audio.shape[0] == 0:
+        raise AudioError(f"{path}: no audio samples")
+    audio = audio.mean(axis=1)
+    if rate != SAMPLE_RATE:
+        import librosa  # slow to import; only resampling needs it
+
+        audio = librosa.resample(audio, orig_sr=rate, target_sr=SAMPLE_RATE)
+    if not np.isfinite(audio).all():
+        raise AudioError(f"{path}: audio contains NaN or infinite samples")
+    return np.ascontiguousarray(audio, dtype=np.float32)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+@functools.lru_cache(maxsize=None)
+def mel_filters(n_mels: int, device: torch.device) -> torch.Tensor:
+    """Slaney-normalised mel filterbank, as openai/whisper and Hugging Face use."""
+    import librosa
+
+    return torch.from_numpy(librosa.filters.mel(sr=SAMPLE_RATE, n_fft=N_FFT, n_mels=n_mels)).to(device)
+
+
+def log_mel_spectrogram(windows: torch.Tensor, n_mels: int) -> torch.Tensor:
+    """windows: [batch, N_SAMPLES] zero-padded audio -> [batch, n_mels, N_FRAMES] features.
+
+    Each window is normalised on its own (dynamic range of 8 in log10 below its maximum), as
+    Hugging Face's WhisperFeatureExtractor does for a batch of 30 s inputs.
+    """
+    window = torch.hann_window(N_FFT, device=windows.device)
+    stft = torch.stft(windows.float(), N_FFT, HOP_LENGTH, window=window, return_complex=True)
+    power = stft[..., :-1].abs() ** 2
+    mel = mel_filters(n_mels, windows.device) @ power
+    log_spec = mel.clamp(min=1e-10).log10()
+    log_spec = torch.maximum(log_spec, log_spec.amax(dim=(-2, -1), keepdim=True) - 8.0)
+    return (log_spec + 4.0) / 4.0
+
+
+def pad_or_trim(audio: torch.Tensor, length: int = N_SAMPLES) -> torch.Tensor:
+    if audio.shape[-1] >= length:
+        return audio[..., :length]
+    return F.pad(audio, (0, length - audio.shape[-1]))

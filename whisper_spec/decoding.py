@@ -1,0 +1,385 @@
+"""Batched speculative decoding of 30 s windows, exact with respect to the main model.
+
+Per round: the assistant drafts up to k tokens per row, the main decoder scores the row's last
+accepted token plus all drafts in one forward pass, and each row keeps its own longest accepted
+prefix plus the main model's next token. Rows never wait for each other: every row has its own
+length, its own positions and (through the position-masked static cache) its own rollback.
+
+Greedy: a draft is accepted when it equals the main model's argmax, so the output is the main
+model's own greedy output token for token. Sampling: the modified rejection rule (accept with
+probability min(1, p/q), otherwise resample from norm(max(0, p - q))) keeps the output
+distribution the main model's.
+
+The same loop with no assistant (k = 0) is plain main-only decoding, so both share every rule.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .loader import WhisperModel, WhisperPair
+from .tokenizer import SpecialTokens
+
+NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    task: str = "transcribe"  # or "translate"
+    language: str | None = None  # None: detected per row
+    temperature: float = 0.0  # 0: greedy
+    timestamps: bool = False  # predict segment timestamps (Whisper's timestamp rules apply)
+    max_length: int | None = None  # total decoder tokens including the prompt; default: the model's 448
+    draft_tokens: int = 5  # drafted per round and row; ignored without an assistant
+    adaptive_draft: bool = False  # per row: +2 after a fully accepted round, -1 after a rejection
+    max_draft_tokens: int = 16  # cap for the adaptive draft length
+    seed: int | None = None  # for sampling
+
+    def __post_init__(self):
+        if self.task not in ("transcribe", "translate"):
+            raise ValueError(f"task must be transcribe or translate, not {self.task!r}")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if self.draft_tokens < 0 or self.max_draft_tokens < max(1, self.draft_tokens if self.adaptive_draft else 1):
+            raise ValueError("draft_tokens must be >= 0 and max_draft_tokens >= draft_tokens")
+
+
+@dataclass
+class DecodingStats:
+    """What one or more decoding calls did. Acceptance = accepted / drafted."""
+
+    windows: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    generated: int = 0  # output tokens, EOT included
+    main_forwards: int = 0
+    assistant_forwards: int = 0
+    encoder_seconds: float = 0.0
+    decoding_seconds: float = 0.0
+    drafted_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def tokens_per_main_forward(self) -> float | None:
+        return self.generated / self.main_forwards if self.main_forwards else None
+
+    def add(self, other: "DecodingStats") -> None:
+        for name in ("windows", "drafted", "accepted", "generated", "main_forwards", "assistant_forwards",
+                     "encoder_seconds", "decoding_seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for mine, theirs in ((self.drafted_by_position, other.drafted_by_position),
+                             (self.accepted_by_position, other.accepted_by_position)):
+            mine.extend([0] * (len(theirs) - len(mine)))
+            for i, n in enumerate(theirs):
+                mine[i] += n
+
+    def _count_position(self, position: int, drafted: int, accepted: int) -> None:
+        while len(self.drafted_by_position) <= position:
+            self.drafted_by_position.append(0)
+            self.accepted_by_position.append(0)
+        self.drafted_by_position[position] += drafted
+        self.accepted_by_position[position] += accepted
+
+    def as_dict(self) -> dict:
+        return {
+            "windows": self.windows,
+            "drafted_tokens": self.drafted,
+            "accepted_tokens": self.accepted,
+            "acceptance": self.acceptance,
+            "generated_tokens": self.generated,
+            "main_forwards": self.main_forwards,
+            "assistant_forwards": self.assistant_forwards,
+            "tokens_per_main_forward": self.tokens_per_main_forward,
+            "encoder_seconds": self.encoder_seconds,
+            "decoding_seconds": self.decoding_seconds,
+            "drafted_by_position": self.drafted_by_position,
+            "accepted_by_position": self.accepted_by_position,
+        }
+
+
+@dataclass
+class WindowResult:
+    tokens: list[int]  # sampled tokens after the prompt, timestamps included, EOT excluded
+    language: str | None
+    hit_max_length: bool  # stopped by max_length rather than EOT
+
+
+class LogitRules:
+    """Whisper's logits processing, applied identically to main and assistant, per row and position.
+
+    Mirrors transformers' Whisper generate: begin-suppress tokens at the first sampled position,
+    suppress tokens always, and with timestamps the timestamp rules (pairs, monotonic, initial
+    timestamp at most max_initial_timestamp_index, timestamps forced when their total probability
+    beats every text token).
+    """
+
+    def __init__(self, special: SpecialTokens, n_vocab: int, sample_begin: int, timestamps: bool, device):
+        self.special = special
+        self.sample_begin = sample_begin
+        self.timestamps = timestamps
+        self.vocab = torch.arange(n_vocab, device=device)
+        self.suppress = torch.isin(self.vocab, torch.tensor(special.suppress, dtype=torch.long, device=device))
+        self.begin_suppress = torch.isin(
+            self.vocab, torch.tensor(special.begin_suppress, dtype=torch.long, device=device)
+        )
+
+    def __call__(self, logits: Tensor, tokens: Tensor, lengths: Tensor) -> Tensor:
+        """logits: [N, vocab] for the token after the first lengths[n] tokens of tokens[n] ([N, ctx])."""
+        logits = logits.masked_fill(self.suppress, NEG_INF)
+        at_begin = (lengths == self.sample_begin)[:, None]
+        logits = logits.masked_fill(at_begin & self.begin_suppress, NEG_INF)
+        if self.timestamps:
+            logits = self._timestamp_rules(logits, tokens, lengths, at_begin)
+        return logits
+
+    def _timestamp_rules(self, logits: Tensor, tokens: Tensor, lengths: Tensor, at_begin: Tensor) -> Tensor:
+        special, vocab = self.special, self.vocab
+        ts_begin = special.timestamp_begin
+        is_ts_vocab = vocab >= ts_begin
+        logits = logits.masked_fill(vocab == special.no_timestamps, NEG_INF)
+
+        cols = torch.arange(tokens.shape[1], device=tokens.device)
+        sampled = (cols >= self.sample_begin) & (cols < lengths[:, None])
+        is_ts = (tokens >= ts_begin) & sampled
+        n_sampled = lengths - self.sample_begin
+        last = tokens.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0]
+        penultimate = tokens.gather(1, (lengths - 2).clamp(min=0)[:, None])[:, 0]
+        last_ts = (n_sampled >= 1) & (last >= ts_begin)
+        penultimate_ts = (n_sampled < 2) | (penultimate >= ts_begin)
+
+        # timestamps come in pairs, except directly before EOT
+        logits = logits.masked_fill((last_ts & penultimate_ts)[:, None] & is_ts_vocab, NEG_INF)
+        logits = logits.masked_fill((last_ts & ~penultimate_ts)[:, None] & (vocab < special.eot), NEG_INF)
+
+        # timestamps never decrease, and a closed segment's end is not repeated as the next start
+        last_ts_col = torch.where(is_ts, cols, -1).amax(dim=1)
+        last_ts_token = tokens.gather(1, last_ts_col.clamp(min=0)[:, None])[:, 0]
+        lowest = torch.where(last_ts & ~penultimate_ts, last_ts_token, last_ts_token + 1)
+        lowest = torch.where(last_ts_col >= 0, lowest, ts_begin)
+        logits = logits.masked_fill(is_ts_vocab & (vocab < lowest[:, None]), NEG_INF)
+
+        logits = logits.masked_fill(at_begin & ~is_ts_vocab, NEG_INF)
+        if special.max_initial_timestamp_index is not None:
+            late = vocab > ts_begin + special.max_initial_timestamp_index
+            logits = logits.masked_fill(at_begin & late, NEG_INF)
+
+        logprobs = torch.log_softmax(logits, dim=-1)
+        ts_mass = logprobs[:, ts_begin:].logsumexp(dim=-1)
+        best_text = logprobs[:, :ts_begin].max(dim=-1).values
+        return logits.masked_fill((ts_mass > best_text)[:, None] & ~is_ts_vocab, NEG_INF)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _window(tokens: Tensor, start: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """Each row's tokens at positions start .. start + width - 1, and those positions."""
+    positions = start[:, None] + torch.arange(width, device=tokens.device)
+    return tokens.gather(1, positions), positions
+
+
+def detect_language(model: WhisperModel, n_rows: int) -> list[str]:
+    """The most likely language token after <|startoftranscript|>, per row of the decoder's cross state."""
+    special = model.special
+    device = model.decoder.token_embedding.weight.device
+    sot = torch.full((n_rows, 1), special.sot, device=device)
+    logits = model.decoder(sot, torch.zeros_like(sot), n_logits=1)[:, 0]
+    language_ids = torch.tensor(list(special.lang_to_id.values()), device=device)
+    best = language_ids[logits[:, language_ids].argmax(dim=-1)]
+    return [special.id_to_lang[int(i)] for i in best]
+
+
+def _ensure_cache(model: WhisperModel, batch: int, n_ctx: int) -> None:
+    cache = model.decoder.blocks[0].attn.kv_cache
+    if cache is None or cache.k.shape[0] != batch or cache.k.shape[2] < n_ctx:
+        model.decoder.setup_caches(batch, n_ctx)
+
+
+def encode(pair: WhisperPair, mel: Tensor, assistant_mel: Tensor | None, stats: DecodingStats) -> None:
+    """Run the encoder(s) once for the batch and hand their states to the decoders' cross-attention."""
+    _sync(pair.device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        states = pair.main.encoder(mel.to(pair.device))
+        pair.main.decoder.set_cross(states)
+        if pair.assistant is not None:
+            if pair.shares_encoder:
+                pair.assistant.decoder.set_cross(states)
+            else:
+                own_mel = mel if assistant_mel is None else assistant_mel
+                pair.assistant.decoder.set_cross(pair.assistant.encoder(own_mel.to(pair.device)))
+    _sync(pair.device)
+    stats.encoder_seconds += time.perf_counter() - start
+
+
+@torch.inference_mode()
+def decode_windows(
+    pair: WhisperPair,
+    mel: Tensor,
+    options: DecodingOptions = DecodingOptions(),
+    *,
+    assistant_mel: Tensor | None = None,
+    languages: list[str | None] | None = None,
+    use_assistant: bool = True,
+) -> tuple[list[WindowResult], DecodingStats]:
+    """Decode a batch of 30 s windows.
+
+    mel: [batch, n_mels, 3000] features for the main model; assistant_mel: the assistant's own
+    features where it has its own encoder with other mel settings. languages: per row, overriding
+    options.language (None: detect). use_assistant=False decodes with the main model alone.
+    """
+    main = pair.main
+    assistant = pair.assistant if use_assistant else None
+    special = main.special
+    batch = mel.shape[0]
+    device = pair.device
+    stats = DecodingStats(windows=batch)
+    languages = list(languages) if languages is not None else [options.language] * batch
+    if len(languages) != batch:
+        raise ValueError(f"{len(languages)} languages for {batch} windows")
+    for language in languages:
+        special.check_language(language)
+
+    max_length = min(options.max_length or main.dims.n_text_ctx, main.dims.n_text_ctx)
+    max_draft = 0 if assistant is None else (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens)
+    n_ctx = max_length + max_draft + 1
+    _ensure_cache(main, batch, n_ctx)
+    if assistant is not None:
+        _ensure_cache(assistant, batch, n_ctx)
+    encode(pair, mel, assistant_mel, stats)
+
+    _sync(device)
+    start_time = time.perf_counter()
+    if special.multilingual and any(language is None for language in languages):
+        detected = detect_language(main, batch)
+        stats.main_forwards += 1
+        languages = [language or found for language, found in zip(languages, detected)]
+    if not special.multilingual:
+        languages = ["en"] * batch
+
+    prompts = [special.prompt(language, options.task, options.timestamps) for language in languages]
+    prompt_length = len(prompts[0])
+    tokens = torch.full((batch, n_ctx + 1), special.eot, dtype=torch.long, device=device)
+    tokens[:, :prompt_length] = torch.tensor(prompts, device=device)
+    rules = LogitRules(special, main.dims.n_vocab, prompt_length, options.timestamps, device)
+    generator = None
+    if options.temperature > 0:
+        generator = torch.Generator(device=device)
+        generator.manual_seed(options.seed if options.seed is not None else torch.seed())
+
+    rows = torch.arange(batch, device=device)
+    length = torch.full((batch,), prompt_length, device=device)  # accepted tokens per row, prompt included
+    main_cached = torch.zeros_like(length)  # positions below this hold valid main keys and values
+    assistant_cached = torch.zeros_like(length)
+    draft_length = torch.full((batch,), max(options.draft_tokens, 0) if assistant else 0, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    hit_max = torch.zeros_like(done)
+
+    while not bool(done.all()):
+        active = ~done
+        k = int(draft_length[active].max()) if assistant is not None else 0
+        steps = torch.arange(k + 1, device=device)
+
+        # draft k tokens per row with the assistant
+        draft_probs = []
+        for j in range(k):
+            current = length + j
+            width = int((current - assistant_cached)[active].max())
+            window, positions = _window(tokens, (current - width).clamp(min=0), width)
+            logits = rules(assistant.decoder(window, positions, n_logits=1)[:, 0], tokens, current)
+            assistant_cached = current.clone()
+            if generator is None:
+                draft = logits.argmax(dim=-1)
+            else:
+                probs = torch.softmax(logits / options.temperature, dim=-1)
+                draft = torch.multinomial(probs, 1, generator=generator)[:, 0]
+                draft_probs.append(probs)
+            tokens[rows, current] = draft
+            stats.assistant_forwards += 1
+
+        # verify: the main decoder scores the last accepted token and every draft in one pass
+        width = int((length - main_cached)[active].max()) + k
+        window, positions = _window(tokens, (length + k - width).clamp(min=0), width)
+        logits = main.decoder(window, positions, n_logits=k + 1)
+        stats.main_forwards += 1
+        vocab = logits.shape[-1]
+        prefix = (length[:, None] + steps).reshape(-1)
+        logits = rules(logits.reshape(-1, vocab), tokens.repeat_interleave(k + 1, dim=0), prefix)
+        logits = logits.view(batch, k + 1, vocab)
+        drafts = tokens.gather(1, length[:, None] + steps[:k])
+        eligible = steps[:k] < draft_length[:, None]
+
+        if generator is None:
+            target = logits.argmax(dim=-1)
+            agree = (drafts == target[:, :k]) & eligible
+            n_accepted = agree.long().cumprod(dim=1).sum(dim=1)
+            next_token = target.gather(1, n_accepted[:, None])[:, 0]
+        else:
+            p = torch.softmax(logits / options.temperature, dim=-1)
+            if k:
+                q = torch.stack(draft_probs, dim=1)
+                p_draft = p[:, :k].gather(2, drafts[..., None])[..., 0]
+                q_draft = q.gather(2, drafts[..., None])[..., 0]
+                u = torch.rand(batch, k, device=device, generator=generator)
+                agree = (u * q_draft < p_draft) & eligible
+                n_accepted = agree.long().cumprod(dim=1).sum(dim=1)
+            else:
+                n_accepted = torch.zeros_like(length)
+            p_next = p[rows, n_accepted]
+            rejected = n_accepted < draft_length
+            if k and bool(rejected.any()):
+                q_next = q[rows, n_accepted.clamp(max=k - 1)]
+                residual = (p_next - q_next).clamp(min=0)
+                mass = residual.sum(dim=-1, keepdim=True)
+                residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p_next)
+                p_next = torch.where(rejected[:, None], residual, p_next)
+            next_token = torch.multinomial(p_next, 1, generator=generator)[:, 0]
+
+        tokens[rows, length + n_accepted] = next_token
+        new = n_accepted + 1
+        span = tokens.gather(1, length[:, None] + steps)
+        eot = (span == special.eot) & (steps < new[:, None])
+        ended = eot.any(dim=1)
+        new = torch.where(ended, eot.long().argmax(dim=1) + 1, new)
+        new = torch.minimum(new, max_length - length)
+        new = torch.where(active, new, 0)
+
+        accepted = torch.minimum(n_accepted, new) * active
+        drafted = draft_length * active
+        stats.drafted += int(drafted.sum())
+        stats.accepted += int(accepted.sum())
+        stats.generated += int(new.sum())
+        for position in range(k):
+            stats._count_position(
+                position, int((drafted > position).sum()), int((accepted > position).sum())
+            )
+
+        main_cached = torch.where(active, length + n_accepted, main_cached)
+        assistant_cached = torch.minimum(assistant_cached, length + n_accepted)
+        length = length + new
+        hit_max |= active & ~ended & (length >= max_length)
+        done |= ended | (length >= max_length)
+        if options.adaptive_draft and assistant is not None:
+            grown = torch.where(n_accepted >= draft_length, draft_length + 2, (draft_length - 1).clamp(min=1))
+            draft_length = torch.where(active, grown.clamp(max=max_draft), draft_length)
+
+    _sync(device)
+    stats.decoding_seconds += time.perf_counter() - start_time
+
+    results = []
+    for row, row_tokens in enumerate(tokens[:, prompt_length:].tolist()):
+        row_tokens = row_tokens[: int(length[row]) - prompt_length]
+        if row_tokens and row_tokens[-1] == special.eot:
+            row_tokens = row_tokens[:-1]
+        results.append(WindowResult(row_tokens, languages[row] if special.multilingual else "en", bool(hit_max[row])))
+    return results, stats

@@ -1,0 +1,276 @@
+"""Load a main Whisper model and an assistant into one pair that shares work where it can.
+
+A decoder-only assistant (distil-whisper's `WhisperForCausalLM`, or any checkpoint loaded with
+`assistant_encoder="shared"`) never has its encoder weights read: it cross-attends to the main
+model's encoder output. A full assistant keeps its own encoder and its own mel settings.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from .model import Decoder, Encoder, Linear, ModelDims
+from .models import resolve_model
+from .tokenizer import SpecialTokens, TextDecoder
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class IncompatiblePair(ValueError):
+    """The assistant cannot draft for the main model; the message names the mismatch."""
+
+
+@dataclass
+class WhisperModel:
+    name: str
+    path: Path
+    dims: ModelDims
+    special: SpecialTokens
+    text: TextDecoder
+    decoder: Decoder
+    encoder: Encoder | None  # None for a decoder-only assistant
+
+
+@dataclass
+class WhisperPair:
+    main: WhisperModel
+    assistant: WhisperModel | None
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def shares_encoder(self) -> bool:
+        return self.assistant is not None and self.assistant.encoder is None
+
+
+def read_dims(config: dict) -> ModelDims:
+    return ModelDims(
+        n_mels=config.get("num_mel_bins", 80),
+        n_vocab=config["vocab_size"],
+        d_model=config["d_model"],
+        n_audio_ctx=config.get("max_source_positions", 1500),
+        n_audio_layer=config.get("encoder_layers", 0),
+        n_audio_head=config.get("encoder_attention_heads", 0),
+        n_audio_ffn=config.get("encoder_ffn_dim", 0),
+        n_text_ctx=config.get("max_target_positions", 448),
+        n_text_layer=config["decoder_layers"],
+        n_text_head=config["decoder_attention_heads"],
+        n_text_ffn=config["decoder_ffn_dim"],
+    )
+
+
+class _Checkpoint:
+    """Reads named tensors from safetensors or PyTorch files without loading the rest."""
+
+    def __init__(self, path: Path):
+        index = path / "model.safetensors.index.json"
+        if index.is_file():
+            weight_map = json.loads(index.read_text())["weight_map"]
+            self.files = {name: path / file for name, file in weight_map.items()}
+        elif (path / "model.safetensors").is_file():
+            with safe_open(path / "model.safetensors", "pt") as f:
+                self.files = {name: path / "model.safetensors" for name in f.keys()}
+        elif (path / "pytorch_model.bin").is_file():
+            self._torch = torch.load(path / "pytorch_model.bin", map_location="cpu", mmap=True, weights_only=True)
+            self.files = {name: None for name in self._torch}
+        else:
+            raise FileNotFoundError(f"{path}: no model.safetensors or pytorch_model.bin")
+        # distil-whisper's WhisperForCausalLM and other exports differ in their top-level prefix
+        self.prefix = "model." if any(k.startswith("model.decoder.") for k in self.files) else ""
+
+    def has(self, name: str) -> bool:
+        return self.prefix + name in self.files
+
+    def get(self, name: str, prefixed: bool = True) -> torch.Tensor:
+        key = self.prefix + name if prefixed else name
+        file = self.files[key]
+        if file is None:
+            return self._torch[key]
+        with safe_open(file, "pt") as f:
+            return f.get_tensor(key)
+
+
+def _attention_weights(ckpt: _Checkpoint, hf: str, letters: str, out: str) -> dict:
+    """Fuse Hugging Face's separate q/k/v projections into one matrix (k has no bias: zeros)."""
+    weights = [ckpt.get(f"{hf}.{c}_proj.weight") for c in letters]
+    biases = [
+        ckpt.get(f"{hf}.{c}_proj.bias") if c != "k" else torch.zeros(w.shape[0], dtype=w.dtype)
+        for c, w in zip(letters, weights)
+    ]
+    return {
+        f"{out}.weight": torch.cat(weights),
+        f"{out}.bias": torch.cat(biases),
+    }
+
+
+def _block_weights(ckpt: _Checkpoint, hf: str, ours: str, cross: bool) -> dict:
+    sd = {}
+    names = [("self_attn_layer_norm", "attn_ln"), ("final_layer_norm", "mlp_ln"), ("fc1", "mlp.fc1"), ("fc2", "mlp.fc2"),
+             ("self_attn.out_proj", "attn.out")]
+    if cross:
+        names += [("encoder_attn_layer_norm", "cross_attn_ln"), ("encoder_attn.q_proj", "cross_attn.q"),
+                  ("encoder_attn.out_proj", "cross_attn.out")]
+    for theirs, mine in names:
+        sd[f"{ours}.{mine}.weight"] = ckpt.get(f"{hf}.{theirs}.weight")
+        sd[f"{ours}.{mine}.bias"] = ckpt.get(f"{hf}.{theirs}.bias")
+    sd.update(_attention_weights(ckpt, f"{hf}.self_attn", "qkv", f"{ours}.attn.qkv"))
+    if cross:
+        kv = _attention_weights(ckpt, f"{hf}.encoder_attn", "kv", f"{ours}.cross_attn.kv")
+        sd.update(kv)
+    return sd
+
+
+def _load_module(module: torch.nn.Module, state_dict: dict, dtype: torch.dtype, device: torch.device) -> None:
+    state_dict = {k: v.to(device=device, dtype=dtype) for k, v in state_dict.items()}
+    missing, unexpected = module.load_state_dict(state_dict, strict=False, assign=True)
+    missing = [m for m in missing if "kv_cache" not in m]
+    if missing or unexpected:
+        raise ValueError(f"weights do not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+
+
+def _encoder(ckpt: _Checkpoint, dims: ModelDims, dtype, device) -> Encoder:
+    sd = {
+        "conv1.weight": ckpt.get("encoder.conv1.weight"),
+        "conv1.bias": ckpt.get("encoder.conv1.bias"),
+        "conv2.weight": ckpt.get("encoder.conv2.weight"),
+        "conv2.bias": ckpt.get("encoder.conv2.bias"),
+        "positional_embedding": ckpt.get("encoder.embed_positions.weight"),
+        "ln_post.weight": ckpt.get("encoder.layer_norm.weight"),
+        "ln_post.bias": ckpt.get("encoder.layer_norm.bias"),
+    }
+    for i in range(dims.n_audio_layer):
+        for theirs, mine in [("self_attn_layer_norm", "attn_ln"), ("final_layer_norm", "mlp_ln"), ("fc1", "mlp.fc1"),
+                             ("fc2", "mlp.fc2"), ("self_attn.out_proj", "attn.out")]:
+            sd[f"blocks.{i}.{mine}.weight"] = ckpt.get(f"encoder.layers.{i}.{theirs}.weight")
+            sd[f"blocks.{i}.{mine}.bias"] = ckpt.get(f"encoder.layers.{i}.{theirs}.bias")
+        sd.update(_attention_weights(ckpt, f"encoder.layers.{i}.self_attn", "qkv", f"blocks.{i}.attn.qkv"))
+    with torch.device("meta"):
+        encoder = Encoder(dims)
+    _load_module(encoder, sd, dtype, device)
+    return encoder
+
+
+def _decoder(ckpt: _Checkpoint, dims: ModelDims, dtype, device) -> Decoder:
+    sd = {
+        "token_embedding.weight": ckpt.get("decoder.embed_tokens.weight"),
+        "positional_embedding": ckpt.get("decoder.embed_positions.weight"),
+        "ln.weight": ckpt.get("decoder.layer_norm.weight"),
+        "ln.bias": ckpt.get("decoder.layer_norm.bias"),
+    }
+    for i in range(dims.n_text_layer):
+        sd.update(_block_weights(ckpt, f"decoder.layers.{i}", f"blocks.{i}", cross=True))
+    with torch.device("meta"):
+        decoder = Decoder(dims)
+    _load_module(decoder, sd, dtype, device)
+    # Whisper ties the output projection to the embedding; an untied export keeps its own
+    if "proj_out.weight" in ckpt.files:
+        proj_out = ckpt.get("proj_out.weight", prefixed=False)
+        if not torch.equal(proj_out, sd["token_embedding.weight"]):
+            decoder.proj_out = Linear(dims.d_model, dims.n_vocab, bias=False, device="meta")
+            _load_module(decoder.proj_out, {"weight": proj_out}, dtype, device)
+    return decoder
+
+
+def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", device="cpu") -> WhisperModel:
+    """One Whisper model; with_encoder=False reads the decoder only."""
+    dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
+    device = torch.device(device)
+    path = resolve_model(str(spec))
+    config = json.loads((path / "config.json").read_text())
+    dims = read_dims(config)
+    ckpt = _Checkpoint(path)
+    special = SpecialTokens.from_model_dir(path)
+    encoder = _encoder(ckpt, dims, dtype, device) if with_encoder else None
+    decoder = _decoder(ckpt, dims, dtype, device)
+    return WhisperModel(str(spec), path, dims, special, TextDecoder(path, special), decoder, encoder)
+
+
+def _is_decoder_only(path: Path) -> bool:
+    config = json.loads((path / "config.json").read_text())
+    if "WhisperForCausalLM" in (config.get("architectures") or []):
+        return True
+    return not _Checkpoint(path).has("encoder.conv1.weight")
+
+
+def check_pair(main: WhisperModel, assistant: WhisperModel) -> None:
+    """Raise IncompatiblePair naming the first mismatch that would make drafting wrong or impossible."""
+    name = f"assistant {assistant.name} cannot draft for {main.name}"
+    if main.dims.n_vocab != assistant.dims.n_vocab:
+        raise IncompatiblePair(
+            f"{name}: vocabulary sizes differ ({main.dims.n_vocab} vs {assistant.dims.n_vocab} tokens)"
+        )
+    mine, theirs = main.special.fingerprint(), assistant.special.fingerprint()
+    for key in mine:
+        if mine[key] != theirs[key]:
+            raise IncompatiblePair(f"{name}: special token ids differ ({key}: {mine[key]} vs {theirs[key]})")
+    if assistant.encoder is None:
+        cross_in = assistant.decoder.blocks[0].cross_attn.kv.weight.shape[1]
+        if cross_in != main.dims.d_model:
+            raise IncompatiblePair(
+                f"{name}: a shared encoder needs the assistant's cross-attention to read d_model={main.dims.d_model}, "
+                f"it reads {cross_in}"
+            )
+        if assistant.dims.n_audio_ctx != main.dims.n_audio_ctx:
+            raise IncompatiblePair(
+                f"{name}: encoder lengths differ ({main.dims.n_audio_ctx} vs {assistant.dims.n_audio_ctx} frames)"
+            )
+
+
+def load_pair(
+    main: str | Path,
+    assistant: str | Path | None = None,
+    *,
+    assistant_encoder: str = "auto",
+    dtype: str | torch.dtype = "float32",
+    device: str | torch.device = "cpu",
+) -> WhisperPair:
+    """Load a main model and an optional assistant.
+
+    assistant_encoder: "shared" (cross-attend to the main encoder; the assistant's encoder is never
+    read), "own" (run the assistant's encoder on its own features), or "auto" (shared for
+    decoder-only checkpoints, own otherwise).
+    """
+    if assistant_encoder not in ("auto", "shared", "own"):
+        raise ValueError(f"assistant_encoder must be auto, shared or own, not {assistant_encoder!r}")
+    dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda asked for, but torch sees no CUDA device")
+    main_model = load_model(main, dtype=dtype, device=device)
+    assistant_model = None
+    if assistant is not None:
+        path = resolve_model(str(assistant))
+        decoder_only = _is_decoder_only(path)
+        if assistant_encoder == "own" and decoder_only:
+            raise IncompatiblePair(f"assistant {assistant}: has no encoder weights; use assistant_encoder='shared'")
+        share = assistant_encoder == "shared" or (assistant_encoder == "auto" and decoder_only)
+        assistant_model = load_model(path, with_encoder=not share, dtype=dtype, device=device)
+        assistant_model.name = str(assistant)
+        check_pair(main_model, assistant_model)
+    return WhisperPair(main_model, assistant_model, device, dtype)
+
+
+def decoder_subset(model: WhisperModel, layers: list[int], name: str | None = None) -> WhisperModel:
+    """A decoder-only assistant made of some of model's decoder layers, sharing their weights.
+
+    It has its own module objects (and so its own KV caches) but no weight copies.
+    """
+    if not layers or any(not 0 <= i < model.dims.n_text_layer for i in layers):
+        raise ValueError(f"layers must be a non-empty subset of 0..{model.dims.n_text_layer - 1}")
+    dims = replace(model.dims, n_text_layer=len(layers))
+    source = model.decoder.state_dict()
+    state = {k: v for k, v in source.items() if not k.startswith("blocks.")}
+    for new, old in enumerate(layers):
+        prefix = f"blocks.{old}."
+        state.update({f"blocks.{new}.{k[len(prefix):]}": v for k, v in source.items() if k.startswith(prefix)})
+    with torch.device("meta"):
+        decoder = Decoder(dims)
+    decoder.load_state_dict(state, assign=True)
+    decoder.proj_out = model.decoder.proj_out
+    label = name or f"{model.name}[decoder layers {','.join(map(str, layers))}]"
+    return WhisperModel(label, model.path, dims, model.special, model.text, decoder, None)

@@ -1,0 +1,218 @@
+"""A compact Whisper: encoder, decoder and a static KV cache with per-row positions.
+
+The decoder is written for speculative decoding: every call takes explicit positions per row,
+writes its keys and values into a preallocated cache at those positions, and attends causally by
+position. Rolling a row back after a rejected draft is then just lowering that row's length:
+stale entries beyond it are masked out by position and overwritten by the next call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    n_mels: int
+    n_vocab: int
+    d_model: int
+    n_audio_ctx: int  # encoder frames after the stride-2 conv (1500 for 30 s)
+    n_audio_layer: int
+    n_audio_head: int
+    n_audio_ffn: int
+    n_text_ctx: int  # learned decoder positions (448)
+    n_text_layer: int
+    n_text_head: int
+    n_text_ffn: int
+
+
+class Linear(nn.Linear):
+    """nn.Linear that computes in the activation dtype, so one model can hold mixed weights."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return F.linear(x, self.weight.to(x.dtype), bias)
+
+
+def _split_heads(x: Tensor, n_head: int) -> Tensor:
+    b, t, d = x.shape
+    return x.view(b, t, n_head, d // n_head).transpose(1, 2)
+
+
+def _merge_heads(x: Tensor) -> Tensor:
+    b, h, t, dh = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * dh)
+
+
+class EncoderSelfAttention(nn.Module):
+    def __init__(self, d_model: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.qkv = Linear(d_model, 3 * d_model)  # k has no bias in Whisper: its slice stays zero
+        self.out = Linear(d_model, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        q, k, v = (_split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
+        return self.out(_merge_heads(F.scaled_dot_product_attention(q, k, v)))
+
+
+class MLP(nn.Module):
+    def __init__(self, d_model: int, d_ffn: int):
+        super().__init__()
+        self.fc1 = Linear(d_model, d_ffn)
+        self.fc2 = Linear(d_ffn, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class EncoderBlock(nn.Module):
+    def __init__(self, d_model: int, n_head: int, d_ffn: int):
+        super().__init__()
+        self.attn_ln = nn.LayerNorm(d_model)
+        self.attn = EncoderSelfAttention(d_model, n_head)
+        self.mlp_ln = nn.LayerNorm(d_model)
+        self.mlp = MLP(d_model, d_ffn)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.attn_ln(x))
+        return x + self.mlp(self.mlp_ln(x))
+
+
+class Encoder(nn.Module):
+    def __init__(self, dims: ModelDims):
+        super().__init__()
+        self.conv1 = nn.Conv1d(dims.n_mels, dims.d_model, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(dims.d_model, dims.d_model, kernel_size=3, stride=2, padding=1)
+        self.register_buffer("positional_embedding", torch.zeros(dims.n_audio_ctx, dims.d_model))
+        self.blocks = nn.ModuleList(
+            EncoderBlock(dims.d_model, dims.n_audio_head, dims.n_audio_ffn) for _ in range(dims.n_audio_layer)
+        )
+        self.ln_post = nn.LayerNorm(dims.d_model)
+
+    def forward(self, mel: Tensor) -> Tensor:
+        """mel: [batch, n_mels, 3000] -> encoder states [batch, 1500, d_model]."""
+        x = F.gelu(self.conv1(mel.to(self.conv1.weight.dtype)))
+        x = F.gelu(self.conv2(x)).transpose(1, 2)
+        x = x + self.positional_embedding.to(x.dtype)
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_post(x)
+
+
+class KVCache(nn.Module):
+    """Preallocated keys and values of one decoder self-attention layer: [batch, head, ctx, head_dim]."""
+
+    def __init__(self, batch: int, n_head: int, n_ctx: int, head_dim: int, dtype, device):
+        super().__init__()
+        shape = (batch, n_head, n_ctx, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def write(self, positions: Tensor, k: Tensor, v: Tensor) -> None:
+        """positions: [batch, T]; k, v: [batch, head, T, head_dim]."""
+        rows = torch.arange(positions.shape[0], device=positions.device)[:, None]
+        self.k[rows, :, positions] = k.transpose(1, 2)
+        self.v[rows, :, positions] = v.transpose(1, 2)
+
+
+class DecoderAttention(nn.Module):
+    """Causal self-attention (cached, by position) or cross-attention (keys from the encoder)."""
+
+    def __init__(self, d_model: int, n_head: int, cross: bool):
+        super().__init__()
+        self.n_head = n_head
+        self.cross = cross
+        if cross:
+            self.q = Linear(d_model, d_model)
+            self.kv = Linear(d_model, 2 * d_model)  # k has no bias in Whisper: its half stays zero
+        else:
+            self.qkv = Linear(d_model, 3 * d_model)
+        self.out = Linear(d_model, d_model)
+        self.kv_cache: KVCache | None = None
+        self.cross_kv: tuple[Tensor, Tensor] | None = None
+
+    def set_cross(self, encoder_states: Tensor) -> None:
+        k, v = self.kv(encoder_states).chunk(2, dim=-1)
+        self.cross_kv = (_split_heads(k, self.n_head), _split_heads(v, self.n_head))
+
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, kv_len: int) -> Tensor:
+        if self.cross:
+            q = _split_heads(self.q(x), self.n_head)
+            k, v = self.cross_kv
+            attn = F.scaled_dot_product_attention(q, k, v)
+        else:
+            q, k, v = (_split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
+            self.kv_cache.write(positions, k, v)
+            k = self.kv_cache.k[:, :, :kv_len]
+            v = self.kv_cache.v[:, :, :kv_len]
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(_merge_heads(attn))
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, d_model: int, n_head: int, d_ffn: int):
+        super().__init__()
+        self.attn_ln = nn.LayerNorm(d_model)
+        self.attn = DecoderAttention(d_model, n_head, cross=False)
+        self.cross_attn_ln = nn.LayerNorm(d_model)
+        self.cross_attn = DecoderAttention(d_model, n_head, cross=True)
+        self.mlp_ln = nn.LayerNorm(d_model)
+        self.mlp = MLP(d_model, d_ffn)
+
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor, kv_len: int) -> Tensor:
+        x = x + self.attn(self.attn_ln(x), positions, mask, kv_len)
+        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, kv_len)
+        return x + self.mlp(self.mlp_ln(x))
+
+
+class Decoder(nn.Module):
+    """Whisper's text decoder. The output projection is tied to the token embedding."""
+
+    def __init__(self, dims: ModelDims):
+        super().__init__()
+        self.dims = dims
+        self.token_embedding = nn.Embedding(dims.n_vocab, dims.d_model)
+        self.positional_embedding = nn.Parameter(torch.zeros(dims.n_text_ctx, dims.d_model))
+        self.blocks = nn.ModuleList(
+            DecoderBlock(dims.d_model, dims.n_text_head, dims.n_text_ffn) for _ in range(dims.n_text_layer)
+        )
+        self.ln = nn.LayerNorm(dims.d_model)
+        self.proj_out: nn.Module | None = None  # an int8 projection replaces the tied one when set
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.token_embedding.weight.dtype
+
+    def setup_caches(self, batch: int, n_ctx: int) -> None:
+        head_dim = self.dims.d_model // self.dims.n_text_head
+        weight = self.token_embedding.weight
+        for block in self.blocks:
+            block.attn.kv_cache = KVCache(batch, self.dims.n_text_head, n_ctx, head_dim, weight.dtype, weight.device)
+
+    def set_cross(self, encoder_states: Tensor) -> None:
+        encoder_states = encoder_states.to(self.dtype)
+        for block in self.blocks:
+            block.cross_attn.set_cross(encoder_states)
+
+    def forward(self, tokens: Tensor, positions: Tensor, n_logits: int | None = None) -> Tensor:
+        """tokens, positions: [batch, T] -> logits [batch, n_logits or T, vocab] in float32.
+
+        Each row attends to its own cache entries at positions <= its query position.
+        """
+        kv_len = int(positions.max()) + 1
+        mask = torch.arange(kv_len, device=tokens.device) <= positions[:, None, :, None]
+        x = self.token_embedding(tokens)
+        x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
+        for block in self.blocks:
+            x = block(x, positions, mask, kv_len)
+        if n_logits is not None:
+            x = x[:, -n_logits:]
+        x = self.ln(x)
+        if self.proj_out is not None:
+            return self.proj_out(x).float()
+        return F.linear(x, self.token_embedding.weight).float()

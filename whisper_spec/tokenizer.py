@@ -1,0 +1,97 @@
+"""Whisper's special tokens and text decoding, read from a Hugging Face model directory."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+TIME_PRECISION = 0.02  # seconds per timestamp token
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """The ids decoding needs. They differ between English-only and multilingual vocabularies."""
+
+    eot: int
+    sot: int
+    transcribe: int | None
+    translate: int | None
+    no_timestamps: int
+    lang_to_id: dict[str, int]  # "en" -> id of <|en|>; empty for English-only models
+    suppress: tuple[int, ...]
+    begin_suppress: tuple[int, ...]
+    max_initial_timestamp_index: int | None = 50
+
+    @property
+    def timestamp_begin(self) -> int:
+        return self.no_timestamps + 1
+
+    @property
+    def multilingual(self) -> bool:
+        return bool(self.lang_to_id)
+
+    @property
+    def id_to_lang(self) -> dict[int, str]:
+        return {i: lang for lang, i in self.lang_to_id.items()}
+
+    def prompt(self, language: str | None, task: str, timestamps: bool) -> list[int]:
+        """Decoder prompt: <|startoftranscript|> [<|lang|> <|task|>] [<|notimestamps|>]."""
+        tokens = [self.sot]
+        if self.multilingual:
+            tokens += [self.lang_to_id[language], self.translate if task == "translate" else self.transcribe]
+        if not timestamps:
+            tokens.append(self.no_timestamps)
+        return tokens
+
+    def check_language(self, language: str | None) -> None:
+        if language is None:
+            return
+        if not self.multilingual:
+            if language != "en":
+                raise ValueError(f"this model is English-only; cannot use language {language!r}")
+        elif language not in self.lang_to_id:
+            raise ValueError(f"unknown language {language!r}; known: {', '.join(sorted(self.lang_to_id))}")
+
+    @classmethod
+    def from_model_dir(cls, path: Path) -> "SpecialTokens":
+        """From generation_config.json (written by Hugging Face and by our converter)."""
+        gen = json.loads((path / "generation_config.json").read_text())
+        lang_to_id = {k.strip("<|>"): v for k, v in (gen.get("lang_to_id") or {}).items()}
+        task_to_id = gen.get("task_to_id") or {}
+        eot = gen["eos_token_id"]
+        return cls(
+            eot=eot,
+            sot=gen["decoder_start_token_id"],
+            transcribe=task_to_id.get("transcribe"),
+            translate=task_to_id.get("translate"),
+            no_timestamps=gen["no_timestamps_token_id"],
+            lang_to_id=lang_to_id if gen.get("is_multilingual", bool(lang_to_id)) else {},
+            suppress=tuple(gen.get("suppress_tokens") or ()),
+            begin_suppress=tuple(gen.get("begin_suppress_tokens") or ()),
+            max_initial_timestamp_index=gen.get("max_initial_timestamp_index"),
+        )
+
+    def fingerprint(self) -> dict:
+        """What two models must share for one to draft for the other."""
+        return {
+            "eot": self.eot,
+            "sot": self.sot,
+            "transcribe": self.transcribe,
+            "translate": self.translate,
+            "no_timestamps": self.no_timestamps,
+            "languages": self.lang_to_id,
+        }
+
+
+class TextDecoder:
+    """Token ids -> text, with timestamp and special tokens left out."""
+
+    def __init__(self, path: Path, special: SpecialTokens):
+        self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        self.special = special
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode([i for i in ids if i < self.special.eot])
