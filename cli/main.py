@@ -1,1 +1,183 @@
-def main(): pass
+"""`whisper-spec`: transcribe with speculative decoding, and manage the embedded models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+PROG = "whisper-spec"
+# the default assistant per embedded main model; absent: no distilled assistant exists yet
+DEFAULT_ASSISTANTS: dict[str, str] = {}
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    from whisper_spec.models import DEFAULT_MODEL
+
+    group = parser.add_argument_group("model")
+    group.add_argument("--model", "-m", default=DEFAULT_MODEL,
+                       help="embedded model name (base, tiny.en), model directory (Hugging Face or CTranslate2) "
+                            "or hub id (default: %(default)s)")
+    group.add_argument("--assistant", "-a", default=None,
+                       help="assistant model (same forms as --model) or 'none' to decode with the main model alone "
+                            "(default: the model's distilled assistant where one exists)")
+    group.add_argument("--assistant-encoder", choices=("auto", "shared", "own"), default="auto",
+                       help="shared: the assistant reads the main encoder's output; own: it runs its own encoder; "
+                            "auto: shared for decoder-only checkpoints (default: %(default)s)")
+    group.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    group.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                       help="weight and activation dtype (default: float16 on cuda, float32 on cpu)")
+
+
+def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("decoding")
+    group.add_argument("--language", "-l", default=None, help="language code such as en, de, nl (default: detect)")
+    group.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
+    group.add_argument("--temperature", type=float, default=0.0, help="0 for greedy (default: %(default)s)")
+    group.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    group.add_argument("--batch-size", "-b", type=int, default=4, help="30 s windows decoded together (default: 4)")
+    group.add_argument("--draft-tokens", "-k", type=int, default=5,
+                       help="tokens the assistant drafts per round (default: %(default)s)")
+    group.add_argument("--adaptive-draft", action="store_true",
+                       help="per row: draft 2 more after full acceptance, 1 fewer after a rejection")
+    group.add_argument("--timestamps", action=argparse.BooleanOptionalAction, default=None,
+                       help="predict segment timestamps (default: on for srt and vtt output)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Whisper transcription with speculative decoding: exact output, less time."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    transcribe = sub.add_parser("transcribe", help="transcribe audio files",
+                                description="Transcribe audio files (wav, flac, ogg, mp3; any rate; stereo is downmixed).")
+    transcribe.add_argument("files", nargs="+", metavar="FILE")
+    _add_model_options(transcribe)
+    _add_decoding_options(transcribe)
+    out = transcribe.add_argument_group("output")
+    out.add_argument("--format", "-f", action="append", choices=("txt", "json", "srt", "vtt", "all"),
+                     help="output format, repeatable (default: txt)")
+    out.add_argument("--output-dir", "-o", type=Path, default=None,
+                     help="write DIR/<name>.<format> per file instead of printing")
+    out.add_argument("--quiet", "-q", action="store_true", help="no progress bar or notes")
+
+    models = sub.add_parser("models", help="list the embedded models and prepare them",
+                            description="List the embedded models; --prepare converts them into the cache.")
+    models.add_argument("--prepare", nargs="*", metavar="NAME", default=None,
+                        help="convert these embedded models now (no names: all)")
+    models.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def _pick_device(device: str | None, dtype: str | None) -> tuple[str, str]:
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or ("float16" if device.startswith("cuda") else "float32")
+    return device, dtype
+
+
+def load_from_args(args, note):
+    """The model pair the options name."""
+    from whisper_spec.loader import load_pair
+
+    assistant = args.assistant
+    if assistant is None:
+        assistant = DEFAULT_ASSISTANTS.get(args.model)
+        if assistant is None:
+            note(f"no distilled assistant for {args.model} yet: decoding with the main model alone "
+                 "(use --assistant MODEL for speculative decoding)")
+    elif assistant.lower() == "none":
+        assistant = None
+    device, dtype = _pick_device(args.device, args.dtype)
+    pair = load_pair(args.model, assistant, assistant_encoder=args.assistant_encoder, dtype=dtype, device=device)
+    return pair
+
+
+def cmd_transcribe(args) -> int:
+    from whisper_spec.decoding import DecodingOptions
+    from whisper_spec.transcribe import Failure, transcribe
+    from whisper_spec.writers import FORMATS, render, write_outputs
+
+    formats = args.format or ["txt"]
+    formats = list(FORMATS) if "all" in formats else list(dict.fromkeys(formats))
+    timestamps = args.timestamps if args.timestamps is not None else any(f in ("srt", "vtt") for f in formats)
+    note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
+    if args.batch_size < 1:
+        _error("--batch-size must be at least 1")
+        return 2
+    try:
+        options = DecodingOptions(
+            task=args.task, language=args.language, temperature=args.temperature, timestamps=timestamps,
+            draft_tokens=args.draft_tokens, adaptive_draft=args.adaptive_draft, seed=args.seed,
+        )
+        pair = load_from_args(args, note)
+        pair.main.special.check_language(args.language)
+    except (ValueError, FileNotFoundError) as error:
+        _error(str(error))
+        return 2
+
+    failures = 0
+    for result in transcribe(pair, args.files, options, batch_size=args.batch_size, progress=not args.quiet):
+        if isinstance(result, Failure):
+            failures += 1
+            _error(result.error)
+            continue
+        if args.output_dir is not None:
+            for path in write_outputs(result, args.output_dir, formats):
+                note(f"wrote {path}")
+            continue
+        for fmt in formats:
+            text = render(result, fmt)
+            if fmt == "txt" and len(args.files) > 1:
+                text = f"{result.path}: {text}"
+            sys.stdout.write(text)
+        sys.stdout.flush()
+    return 1 if failures else 0
+
+
+def cmd_models(args) -> int:
+    from whisper_spec.models import EMBEDDED_MODELS, ModelNotFound, list_models, prepare_embedded
+
+    if args.prepare is not None:
+        for name in args.prepare or list(EMBEDDED_MODELS):
+            if name not in EMBEDDED_MODELS:
+                _error(f"{name}: not an embedded model (known: {', '.join(EMBEDDED_MODELS)})")
+                return 2
+            try:
+                print(f"{name}: {prepare_embedded(name)}", file=sys.stderr)
+            except ModelNotFound as error:
+                _error(str(error))
+                return 1
+    rows = list_models()
+    for row in rows:
+        row["default_assistant"] = DEFAULT_ASSISTANTS.get(row["name"])
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        state = "prepared" if row["prepared"] else ("installed" if row["installed"] else "missing")
+        assistant = row["default_assistant"] or "none yet"
+        print(f"{row['name']:<8} {state:<9} assistant: {assistant:<10} {row['description']}")
+        if row["prepared"]:
+            print(f"{'':<8} {row['path']}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"transcribe": cmd_transcribe, "models": cmd_models}[args.command](args)
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

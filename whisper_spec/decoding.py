@@ -16,7 +16,7 @@ The same loop with no assistant (k = 0) is plain main-only decoding, so both sha
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -50,13 +50,19 @@ class DecodingOptions:
 
 @dataclass
 class DecodingStats:
-    """What one or more decoding calls did. Acceptance = accepted / drafted."""
+    """What decoding did, for one window, one file or a whole run.
+
+    main_forwards counts batched passes of the main decoder; row_forwards counts the rows that
+    took part in them, so tokens_per_main_forward is per row, comparable across batch sizes.
+    Acceptance = accepted / drafted.
+    """
 
     windows: int = 0
     drafted: int = 0
     accepted: int = 0
     generated: int = 0  # output tokens, EOT included
     main_forwards: int = 0
+    row_forwards: int = 0
     assistant_forwards: int = 0
     encoder_seconds: float = 0.0
     decoding_seconds: float = 0.0
@@ -69,24 +75,17 @@ class DecodingStats:
 
     @property
     def tokens_per_main_forward(self) -> float | None:
-        return self.generated / self.main_forwards if self.main_forwards else None
+        return self.generated / self.row_forwards if self.row_forwards else None
 
     def add(self, other: "DecodingStats") -> None:
-        for name in ("windows", "drafted", "accepted", "generated", "main_forwards", "assistant_forwards",
-                     "encoder_seconds", "decoding_seconds"):
+        for name in ("windows", "drafted", "accepted", "generated", "main_forwards", "row_forwards",
+                     "assistant_forwards", "encoder_seconds", "decoding_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for mine, theirs in ((self.drafted_by_position, other.drafted_by_position),
                              (self.accepted_by_position, other.accepted_by_position)):
             mine.extend([0] * (len(theirs) - len(mine)))
             for i, n in enumerate(theirs):
                 mine[i] += n
-
-    def _count_position(self, position: int, drafted: int, accepted: int) -> None:
-        while len(self.drafted_by_position) <= position:
-            self.drafted_by_position.append(0)
-            self.accepted_by_position.append(0)
-        self.drafted_by_position[position] += drafted
-        self.accepted_by_position[position] += accepted
 
     def as_dict(self) -> dict:
         return {
@@ -110,6 +109,7 @@ class WindowResult:
     tokens: list[int]  # sampled tokens after the prompt, timestamps included, EOT excluded
     language: str | None
     hit_max_length: bool  # stopped by max_length rather than EOT
+    stats: DecodingStats  # this row's counts; times are the batch's, shared equally by its rows
 
 
 class LogitRules:
@@ -284,6 +284,8 @@ def decode_windows(
     draft_length = torch.full((batch,), max(options.draft_tokens, 0) if assistant else 0, device=device)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     hit_max = torch.zeros_like(done)
+    counts = torch.zeros(batch, 5, dtype=torch.long, device=device)  # drafted, accepted, generated, main and assistant forwards
+    by_position = torch.zeros(2, batch, max_draft, dtype=torch.long, device=device)  # drafted, accepted
 
     while not bool(done.all()):
         active = ~done
@@ -356,13 +358,9 @@ def decode_windows(
 
         accepted = torch.minimum(n_accepted, new) * active
         drafted = draft_length * active
-        stats.drafted += int(drafted.sum())
-        stats.accepted += int(accepted.sum())
-        stats.generated += int(new.sum())
-        for position in range(k):
-            stats._count_position(
-                position, int((drafted > position).sum()), int((accepted > position).sum())
-            )
+        counts += torch.stack([drafted, accepted, new, active.long(), k * active.long()], dim=1)
+        by_position[0, :, :k] += drafted[:, None] > steps[:k]
+        by_position[1, :, :k] += accepted[:, None] > steps[:k]
 
         main_cached = torch.where(active, length + n_accepted, main_cached)
         assistant_cached = torch.minimum(assistant_cached, length + n_accepted)
@@ -377,9 +375,19 @@ def decode_windows(
     stats.decoding_seconds += time.perf_counter() - start_time
 
     results = []
-    for row, row_tokens in enumerate(tokens[:, prompt_length:].tolist()):
+    for row, (row_tokens, (drafted, accepted, generated, forwards, drafts), position_counts) in enumerate(
+        zip(tokens[:, prompt_length:].tolist(), counts.tolist(), by_position.transpose(0, 1).tolist())
+    ):
         row_tokens = row_tokens[: int(length[row]) - prompt_length]
         if row_tokens and row_tokens[-1] == special.eot:
             row_tokens = row_tokens[:-1]
-        results.append(WindowResult(row_tokens, languages[row] if special.multilingual else "en", bool(hit_max[row])))
+        row_stats = DecodingStats(
+            windows=1, drafted=drafted, accepted=accepted, generated=generated, main_forwards=forwards,
+            row_forwards=forwards, assistant_forwards=drafts,
+            encoder_seconds=stats.encoder_seconds / batch, decoding_seconds=stats.decoding_seconds / batch,
+            drafted_by_position=position_counts[0], accepted_by_position=position_counts[1],
+        )
+        results.append(WindowResult(row_tokens, languages[row], bool(hit_max[row]), row_stats))
+        stats.add(replace(row_stats, windows=0, main_forwards=0, assistant_forwards=0,
+                          encoder_seconds=0.0, decoding_seconds=0.0))
     return results, stats

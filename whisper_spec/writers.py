@@ -1,0 +1,68 @@
+"""Transcripts -> txt, json, srt, vtt. Files are written atomically (temp file, then rename)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .transcribe import Transcript
+
+FORMATS = ("txt", "json", "srt", "vtt")
+
+
+def _timestamp(seconds: float, decimal: str) -> str:
+    millis = round(max(seconds, 0.0) * 1000)
+    hours, millis = divmod(millis, 3_600_000)
+    minutes, millis = divmod(millis, 60_000)
+    secs, millis = divmod(millis, 1000)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{decimal}{millis:03d}"
+
+
+def to_txt(transcript: Transcript) -> str:
+    return transcript.text + "\n"
+
+
+def to_json(transcript: Transcript) -> str:
+    return json.dumps(transcript.as_dict(), ensure_ascii=False, indent=2) + "\n"
+
+
+def to_srt(transcript: Transcript) -> str:
+    blocks = [
+        f"{i}\n{_timestamp(s.start, ',')} --> {_timestamp(s.end, ',')}\n{s.text}\n"
+        for i, s in enumerate(transcript.segments, start=1)
+    ]
+    return "\n".join(blocks)
+
+
+def to_vtt(transcript: Transcript) -> str:
+    blocks = [f"{_timestamp(s.start, '.')} --> {_timestamp(s.end, '.')}\n{s.text}\n" for s in transcript.segments]
+    return "WEBVTT\n\n" + "\n".join(blocks)
+
+
+RENDERERS = {"txt": to_txt, "json": to_json, "srt": to_srt, "vtt": to_vtt}
+
+
+def render(transcript: Transcript, fmt: str) -> str:
+    return RENDERERS[fmt](transcript)
+
+
+def write_atomic(path: Path, content: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(content, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_outputs(transcript: Transcript, output_dir: Path, formats: list[str]) -> list[Path]:
+    """One file per format, named after the audio file: DIR/<stem>.<format>."""
+    stem = Path(transcript.path).stem
+    written = []
+    for fmt in formats:
+        path = Path(output_dir) / f"{stem}.{fmt}"
+        write_atomic(path, render(transcript, fmt))
+        written.append(path)
+    return written
