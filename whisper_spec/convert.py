@@ -20,6 +20,7 @@ from tokenizers import AddedToken, Tokenizer
 
 # CTranslate2's DataType enum
 _CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16, 5: None}  # 5: bfloat16
+CONVERTER_VERSION = 2  # bump when the output changes: cached conversions are redone
 N_TIMESTAMPS = 1501  # <|0.00|> ... <|30.00|>
 LANGUAGE_CODES = (
     "en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no th ur hr bg lt "
@@ -216,12 +217,13 @@ def convert_ct2_to_hf(ct2_dir: Path, output_dir: Path, model_bin: bytes | None =
         "no_timestamps_token_id": ids["no_timestamps"],
         "prev_sot_token_id": ids["prev"],
         "is_multilingual": ids["multilingual"],
-        "lang_to_id": lang_to_id if ids["multilingual"] else {},
-        "task_to_id": {"transcribe": ids["transcribe"], "translate": ids["translate"]} if ids["multilingual"] else {},
         "max_initial_timestamp_index": 50,
         "return_timestamps": False,
         "alignment_heads": ct2_config.get("alignment_heads", []),
     }
+    if ids["multilingual"]:  # English-only configs leave these out, as OpenAI's own do
+        generation["lang_to_id"] = lang_to_id
+        generation["task_to_id"] = {"transcribe": ids["transcribe"], "translate": ids["translate"]}
     preprocessor = {
         "feature_extractor_type": "WhisperFeatureExtractor",
         "processor_class": "WhisperProcessor",

@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .convert import convert_ct2_to_hf
+from .convert import CONVERTER_VERSION, convert_ct2_to_hf
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,8 @@ def prepare_embedded(name: str) -> Path:
     spec = EMBEDDED_MODELS[name]
     target = embedded_model_path(name)
     marker = target / "whisper-spec-source.json"
-    if marker.is_file() and json.loads(marker.read_text()).get("sha256") == spec.sha256:
+    source = {"sha256": spec.sha256, "converter": CONVERTER_VERSION}
+    if marker.is_file() and all(json.loads(marker.read_text()).get(k) == v for k, v in source.items()):
         return target
     model_bin = b"".join(_locate(part).read_bytes() for part in spec.model_bin_parts)
     digest = hashlib.sha256(model_bin).hexdigest()
@@ -106,7 +107,7 @@ def prepare_embedded(name: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     convert_ct2_to_hf(_locate(spec.ct2_dir).parent, target, model_bin=model_bin)
     sources = [f"{p.distribution}=={p.version}" for p in spec.model_bin_parts]
-    marker.write_text(json.dumps({"sha256": spec.sha256, "sources": sources}, indent=2) + "\n")
+    marker.write_text(json.dumps({**source, "sources": sources}, indent=2) + "\n")
     return target
 
 
@@ -117,7 +118,8 @@ def _is_ct2_dir(path: Path) -> bool:
 def _converted_ct2(path: Path) -> Path:
     """A CTranslate2 directory converted once into the cache, keyed by the hash of its model.bin."""
     model_bin = (path / "model.bin").read_bytes()
-    target = cache_dir() / "converted" / hashlib.sha256(model_bin).hexdigest()[:20]
+    digest = hashlib.sha256(model_bin).hexdigest()[:20]
+    target = cache_dir() / "converted" / f"{digest}-v{CONVERTER_VERSION}"
     if not (target / "config.json").is_file():
         shutil.rmtree(target.with_name(target.name + ".partial"), ignore_errors=True)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,80 @@
+"""Shared fixtures: the real embedded models, real speech, and small random models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from whisper_spec.audio import load_audio, log_mel_spectrogram, pad_or_trim
+from whisper_spec.loader import WhisperModel, WhisperPair, load_pair
+from whisper_spec.model import Decoder, Encoder, ModelDims
+from whisper_spec.tokenizer import SpecialTokens
+
+SPEECH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech"
+
+
+def speech(relative: str) -> Path:
+    path = SPEECH / relative
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the shared speech set is expected beside the repository")
+    return path
+
+
+def manifest() -> list[dict]:
+    return [json.loads(line) for line in (SPEECH / "manifest.jsonl").read_text().splitlines() if line.strip()]
+
+
+def mel_of(paths, n_mels: int = 80) -> torch.Tensor:
+    audio = torch.stack([pad_or_trim(torch.from_numpy(load_audio(p))) for p in paths])
+    return log_mel_spectrogram(audio, n_mels)
+
+
+@pytest.fixture(scope="session")
+def base_pair() -> WhisperPair:
+    """Real whisper base (converted from the embedded PyPI package), float32 on CPU."""
+    return load_pair("base")
+
+
+# A small vocabulary laid out like Whisper's: text tokens, then the special tokens, then timestamps.
+RANDOM_SPECIAL = SpecialTokens(
+    eot=50, sot=51, transcribe=57, translate=56, no_timestamps=58,
+    lang_to_id={"en": 52, "de": 53, "fr": 54, "nl": 55},
+    suppress=(1, 2), begin_suppress=(50,),
+    max_initial_timestamp_index=10,
+)
+RANDOM_DIMS = ModelDims(n_mels=80, n_vocab=59 + 41, d_model=64, n_audio_ctx=1500, n_audio_layer=1, n_audio_head=2,
+                        n_audio_ffn=128, n_text_ctx=64, n_text_layer=2, n_text_head=4, n_text_ffn=128)
+
+
+def random_model(seed: int, dims: ModelDims = RANDOM_DIMS, with_encoder: bool = True, eot_bias: float = 0.0):
+    torch.manual_seed(seed)
+    encoder = Encoder(dims) if with_encoder else None
+    if encoder is not None:
+        encoder.positional_embedding.normal_(0, 0.1)
+    decoder = Decoder(dims)
+    with torch.no_grad():
+        # scaled so that outputs depend on the audio and the prefix rather than repeat one token
+        for name, p in decoder.named_parameters():
+            if name.endswith("weight") and p.dim() == 2:
+                p.mul_(3.0)
+        decoder.token_embedding.weight.normal_(0, 0.3)
+        decoder.positional_embedding.normal_(0, 0.3)
+        decoder.ln.bias.normal_(0, 0.5)
+        # the final bias times the EOT embedding is a constant EOT logit: rows end at varied steps
+        decoder.token_embedding.weight[RANDOM_SPECIAL.eot] += eot_bias * decoder.ln.bias
+    return WhisperModel(f"random-{seed}", Path("."), dims, RANDOM_SPECIAL, None, decoder.eval(),
+                        encoder.eval() if encoder is not None else None)
+
+
+def perturbed_decoder(model: WhisperModel, noise: float, seed: int) -> WhisperModel:
+    """A decoder-only assistant that mostly agrees with model: its weights plus Gaussian noise."""
+    torch.manual_seed(seed)
+    decoder = Decoder(model.dims)
+    decoder.load_state_dict(model.decoder.state_dict())
+    with torch.no_grad():
+        for p in decoder.parameters():
+            p.add_(torch.randn_like(p) * noise * p.std().clamp(min=1e-3))
+    return WhisperModel(f"{model.name}+noise{noise}", model.path, model.dims, model.special, None, decoder.eval(), None)

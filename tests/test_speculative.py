@@ -1,0 +1,86 @@
+"""Greedy speculative output is token-identical to main-only output, at every batch size."""
+
+import pytest
+import torch
+
+from conftest import mel_of, perturbed_decoder, random_model, speech
+from whisper_spec.decoding import DecodingOptions, decode_windows
+from whisper_spec.loader import WhisperPair, decoder_subset
+
+CLIPS = [
+    "librispeech/test-other/1688-142285-0000.flac",
+    "multilingual/de/thorsten_1386ecbb98a8f46dd0b0eb75d68ee0d0.flac",
+    "librispeech/test-clean/1089-134686-0001.flac",
+    "multilingual/nl/vl04108.flac",
+]
+
+
+def assert_identical(pair, mel, options, **kwargs):
+    main_only, _ = decode_windows(pair, mel, options, use_assistant=False, **kwargs)
+    speculative, stats = decode_windows(pair, mel, options, **kwargs)
+    for row, (a, b) in enumerate(zip(main_only, speculative)):
+        assert a.tokens == b.tokens, f"row {row}: speculative output differs from main-only output"
+        assert a.language == b.language
+    assert stats.drafted > 0
+    return main_only, speculative, stats
+
+
+@pytest.fixture(scope="module")
+def base_with_layer_subset(base_pair):
+    """Real whisper base with an untrained decoder-only assistant: base's decoder layers 0 and 5."""
+    return WhisperPair(base_pair.main, decoder_subset(base_pair.main, [0, 5]), base_pair.device, base_pair.dtype)
+
+
+@pytest.fixture(scope="module")
+def clip_mel():
+    return mel_of([speech(c) for c in CLIPS])
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 4])
+def test_base_layer_subset_assistant_is_exact(base_with_layer_subset, clip_mel, batch):
+    options = DecodingOptions(draft_tokens=4)
+    main_only, _, stats = assert_identical(base_with_layer_subset, clip_mel[:batch], options)
+    assert all(len(r.tokens) > 5 for r in main_only)
+    assert stats.windows == batch
+
+
+def test_base_timestamps_translate_and_adaptive_draft_are_exact(base_with_layer_subset, clip_mel):
+    options = DecodingOptions(timestamps=True, adaptive_draft=True, draft_tokens=2)
+    main_only, _, _ = assert_identical(base_with_layer_subset, clip_mel, options)
+    assert any(t >= base_with_layer_subset.main.special.timestamp_begin for t in main_only[0].tokens)
+    assert_identical(base_with_layer_subset, clip_mel[1:3], DecodingOptions(task="translate", language="de"))
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("noise", [0.05, 0.5])
+def test_random_models_rows_accept_and_finish_differently(batch, noise):
+    main = random_model(0, eot_bias=0.25)
+    pair = WhisperPair(main, perturbed_decoder(main, noise, seed=1), torch.device("cpu"), torch.float32)
+    torch.manual_seed(batch)
+    mel = torch.randn(batch, 80, 3000)
+    for options in (DecodingOptions(language="en", timestamps=True, draft_tokens=3),
+                    DecodingOptions(language="fr", draft_tokens=5, adaptive_draft=True, max_draft_tokens=8),
+                    DecodingOptions(language="nl", draft_tokens=1)):
+        main_only, speculative, stats = assert_identical(pair, mel, options)
+    if batch >= 4:
+        # the setup really exercises per-row state: rows end at different steps and accept differently
+        main_only, speculative, _ = assert_identical(pair, mel, DecodingOptions(language="en", timestamps=True))
+        assert len({len(r.tokens) for r in main_only}) > 1
+        assert len({r.stats.accepted for r in speculative}) > 1
+
+
+def test_random_model_with_own_encoder_assistant_and_per_row_languages():
+    main, other = random_model(0, eot_bias=0.25), random_model(5, eot_bias=0.25)
+    pair = WhisperPair(main, other, torch.device("cpu"), torch.float32)
+    torch.manual_seed(0)
+    mel = torch.randn(4, 80, 3000)
+    main_only, _, _ = assert_identical(pair, mel, DecodingOptions(timestamps=True), languages=["en", "de", None, "nl"])
+    assert [r.language for r in main_only][:2] == ["en", "de"] and main_only[3].language == "nl"
+
+
+def test_max_length_stops_rows_exactly():
+    main = random_model(0)
+    pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), torch.device("cpu"), torch.float32)
+    mel = torch.randn(3, 80, 3000)
+    main_only, speculative, _ = assert_identical(pair, mel, DecodingOptions(language="en", max_length=20, draft_tokens=6))
+    assert all(r.hit_max_length and len(r.tokens) == 20 - 4 for r in main_only)
