@@ -1,0 +1,109 @@
+"""Speculative sampling follows the main model's distribution (modified rejection sampling)."""
+
+import torch
+
+from dataclasses import replace
+
+from conftest import RANDOM_DIMS, perturbed_decoder, random_model
+from whisper_spec.decoding import DecodingOptions, LogitRules, decode_windows
+from whisper_spec.loader import WhisperPair
+
+TEMPERATURE = 1.5
+ROWS, REPEATS = 1000, 8  # 8000 samples of the first two tokens
+
+
+def exact_joint(model, mel, prompt):
+    """p(x1, x2) of the main model under the same rules: {(x1, x2 or None): probability}."""
+    vocab = model.dims.n_vocab
+    decoder = model.decoder
+    rules = LogitRules(model.special, vocab, len(prompt), False, torch.device("cpu"))
+    decoder.setup_caches(vocab, 16)
+    decoder.set_cross(model.encoder(mel).expand(vocab, -1, -1))
+    tokens = torch.tensor(prompt).repeat(vocab, 1)
+    tokens = torch.cat([tokens, torch.arange(vocab)[:, None]], dim=1)
+    positions = torch.arange(tokens.shape[1]).repeat(vocab, 1)
+    logits = decoder(tokens, positions)
+    padded = torch.cat([tokens, torch.zeros(vocab, 4, dtype=torch.long)], dim=1)
+    first = torch.softmax(rules(logits[:1, -2], padded[:1], torch.tensor([len(prompt)])) / TEMPERATURE, -1)[0]
+    second = torch.softmax(rules(logits[:, -1], padded, torch.full((vocab,), len(prompt) + 1)) / TEMPERATURE, -1)
+    joint = {}
+    for x1 in range(vocab):
+        if first[x1] == 0:
+            continue
+        if x1 == model.special.eot:
+            joint[(x1, None)] = float(first[x1])
+            continue
+        for x2 in torch.nonzero(second[x1]).flatten().tolist():
+            joint[(x1, x2)] = float(first[x1] * second[x1, x2])
+    return joint
+
+
+def sample_pairs(pair, mel, use_assistant, seed):
+    counts = {}
+    for repeat in range(REPEATS):
+        options = DecodingOptions(language="en", temperature=TEMPERATURE, max_length=6, draft_tokens=3,
+                                  seed=seed + repeat)
+        results, stats = decode_windows(pair, mel.expand(ROWS, -1, -1), options, use_assistant=use_assistant)
+        for r in results:
+            key = (r.tokens[0], r.tokens[1]) if len(r.tokens) >= 2 else (r.tokens[0] if r.tokens else 50, None)
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def chi_square_p_value(counts, expected_probs, n):
+    """Pearson's test over cells expected at least 5 times, the rest pooled into one cell."""
+    stat, df, pooled_obs, pooled_exp = 0.0, 0, 0, 0.0
+    for key in set(expected_probs) | set(counts):
+        expected = expected_probs.get(key, 0.0) * n
+        observed = counts.get(key, 0)
+        if expected >= 5:
+            stat += (observed - expected) ** 2 / expected
+            df += 1
+        else:
+            pooled_obs += observed
+            pooled_exp += expected
+    if pooled_exp > 0:
+        stat += (pooled_obs - pooled_exp) ** 2 / max(pooled_exp, 1e-9)
+        df += 1
+    df -= 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2.0), torch.tensor(stat / 2.0))), df
+
+
+def total_variation(counts, probs, n):
+    keys = set(counts) | set(probs)
+    return 0.5 * sum(abs(counts.get(k, 0) / n - probs.get(k, 0.0)) for k in keys)
+
+
+def test_speculative_sampling_matches_main_distribution():
+    main = random_model(0, dims=replace(RANDOM_DIMS, n_audio_ctx=16))  # 32 mel frames: cheap to encode
+    assistant = perturbed_decoder(main, 0.6, seed=3)  # a poor assistant: many rejections
+    pair = WhisperPair(main, assistant, torch.device("cpu"), torch.float32)
+    torch.manual_seed(11)
+    mel = torch.randn(1, 80, 32)
+    prompt = main.special.prompt("en", "transcribe", False)
+    n = ROWS * REPEATS
+
+    with torch.inference_mode():
+        exact = exact_joint(main, mel, prompt)
+        drafts_only = exact_joint(assistant_as_main(main, assistant), mel, prompt)
+    assert abs(sum(exact.values()) - 1) < 1e-4
+    assert len([p for p in exact.values() if p > 0.01]) >= 5, "the test needs a spread-out distribution"
+    # the assistant's own distribution is far from the main's: accepting drafts blindly would fail
+    assert total_variation({k: v * n for k, v in drafts_only.items()}, exact, n) > 0.15
+
+    speculative = sample_pairs(pair, mel, use_assistant=True, seed=100)
+    main_only = sample_pairs(pair, mel, use_assistant=False, seed=200)
+    p_spec, df = chi_square_p_value(speculative, exact, n)
+    p_main, _ = chi_square_p_value(main_only, exact, n)
+    # tolerance: a 0.1% significance level (fixed seeds make the outcome deterministic)
+    assert p_spec > 1e-3, f"speculative samples do not follow the main distribution (p={p_spec:.2g}, df={df})"
+    assert p_main > 1e-3, f"main-only samples do not follow the main distribution (p={p_main:.2g})"
+    # and it is no further from the exact distribution than main-only sampling is (sampling noise)
+    assert total_variation(speculative, exact, n) < 1.2 * total_variation(main_only, exact, n) + 0.02
+    drafted_p, _ = chi_square_p_value({k: round(v * n) for k, v in drafts_only.items()}, exact, n)
+    assert drafted_p < 1e-6, "the chi-square test has no power against the assistant's distribution"
+
+
+def assistant_as_main(main, assistant):
+    """The assistant's decoder reading the main encoder, to compute the distribution it drafts from."""
+    return main.__class__(**{**main.__dict__, "decoder": assistant.decoder})
