@@ -79,7 +79,7 @@ def save_model(model: WhisperModel, output_dir: str | Path, *, decoder_only: boo
         tensors.update(encoder_state_dict(model.encoder))
     seen: dict[int, str] = {}
     for name, tensor in list(tensors.items()):
-        tensor = tensor.detach().to(dtype or tensor.dtype, device="cpu")
+        tensor = tensor.detach().to(device="cpu", dtype=dtype or tensor.dtype)
         # safetensors refuses shared storage: the tied projection is written as its own copy
         key = tensor.data_ptr()
         tensors[name] = tensor.clone().contiguous() if key in seen else tensor.contiguous()

@@ -21,6 +21,14 @@ from .tokenizer import SpecialTokens, TextDecoder
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def as_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    return DTYPES[dtype]
+
+
 class IncompatiblePair(ValueError):
     """The assistant cannot draft for the main model; the message names the mismatch."""
 
@@ -178,7 +186,7 @@ def _decoder(ckpt: _Checkpoint, dims: ModelDims, dtype, device) -> Decoder:
 
 def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", device="cpu") -> WhisperModel:
     """One Whisper model; with_encoder=False reads the decoder only."""
-    dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
+    dtype = as_dtype(dtype)
     device = torch.device(device)
     path = resolve_model(str(spec))
     config = json.loads((path / "config.json").read_text())
@@ -237,7 +245,7 @@ def load_pair(
     """
     if assistant_encoder not in ("auto", "shared", "own"):
         raise ValueError(f"assistant_encoder must be auto, shared or own, not {assistant_encoder!r}")
-    dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
+    dtype = as_dtype(dtype)
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda asked for, but torch sees no CUDA device")

@@ -1,0 +1,73 @@
+"""Loader: shared-encoder and own-encoder assistants, exports, and incompatible pairs."""
+
+import pytest
+import torch
+
+from conftest import mel_of, speech
+from whisper_spec.decoding import DecodingOptions, decode_windows
+from whisper_spec.export import save_model
+from whisper_spec.loader import IncompatiblePair, WhisperModel, check_pair, decoder_subset, load_pair
+from whisper_spec.model import Decoder
+
+CLIPS = ["librispeech/test-other/1998-15444-0003.flac", "multilingual/pl/mls_1889_1447_000002.flac"]
+
+
+def test_decoder_only_assistant_reads_no_encoder_and_is_exact(base_pair, tmp_path):
+    export = save_model(decoder_subset(base_pair.main, [0, 3, 5]), tmp_path / "assistant")
+    pair = load_pair("base", export)
+    assert pair.shares_encoder and pair.assistant.encoder is None
+    assert pair.assistant.dims.n_text_layer == 3
+    mel = mel_of([speech(c) for c in CLIPS])
+    main_only, _ = decode_windows(pair, mel, DecodingOptions(), use_assistant=False)
+    speculative, stats = decode_windows(pair, mel, DecodingOptions(draft_tokens=3))
+    assert [r.tokens for r in main_only] == [r.tokens for r in speculative]
+    assert stats.drafted > 0
+
+
+def test_full_checkpoint_can_share_or_keep_its_encoder(base_pair):
+    shared = load_pair("base", "base", assistant_encoder="shared")
+    assert shared.shares_encoder and shared.assistant.encoder is None
+    own = load_pair("base", "base", assistant_encoder="auto")
+    assert not own.shares_encoder and own.assistant.encoder is not None
+    mel = mel_of([speech(CLIPS[0])])
+    main_only, _ = decode_windows(own, mel, DecodingOptions(), use_assistant=False)
+    speculative, stats = decode_windows(own, mel, DecodingOptions(draft_tokens=6))
+    assert main_only[0].tokens == speculative[0].tokens
+    assert stats.acceptance == 1.0  # the same model drafting for itself agrees everywhere
+
+
+def test_weights_match_transformers(base_pair):
+    from transformers import WhisperForConditionalGeneration
+
+    hf = WhisperForConditionalGeneration.from_pretrained(base_pair.main.path, dtype=torch.float32)
+    mel = mel_of([speech(CLIPS[0])])
+    with torch.inference_mode():
+        ours = base_pair.main.encoder(mel)
+        theirs = hf.model.encoder(mel).last_hidden_state
+    assert torch.allclose(ours, theirs, atol=1e-4)
+
+
+def test_incompatible_vocabulary_is_refused():
+    with pytest.raises(IncompatiblePair, match=r"vocabulary sizes differ \(51865 vs 51864"):
+        load_pair("base", "tiny.en")
+
+
+def test_shared_encoder_needs_matching_width(base_pair):
+    main = base_pair.main
+    narrow = Decoder(main.dims.__class__(**{**main.dims.__dict__, "d_model": 64, "n_text_ffn": 128, "n_text_layer": 1}))
+    fake = WhisperModel("narrow", main.path, narrow.dims, main.special, main.text, narrow, None)
+    with pytest.raises(IncompatiblePair, match="d_model=512"):
+        check_pair(main, fake)
+
+
+def test_dtype_and_device_options():
+    pair = load_pair("tiny.en", dtype="bfloat16", device="cpu")
+    assert pair.main.decoder.token_embedding.weight.dtype == torch.bfloat16
+    mel = mel_of([speech("librispeech/dev-clean/1272-128104-0000.flac")])
+    result, _ = decode_windows(pair, mel, DecodingOptions())
+    assert "Quilter" in pair.main.text.decode(result[0].tokens)
+    with pytest.raises(ValueError, match="dtype|float64"):
+        load_pair("tiny.en", dtype="float64")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA"):
+            load_pair("tiny.en", device="cuda")
