@@ -356,8 +356,10 @@ def decode_windows(
         new = torch.minimum(new, max_length - length)
         new = torch.where(active, new, 0)
 
-        accepted = torch.minimum(n_accepted, new) * active
-        drafted = draft_length * active
+        # drafts past a row's end (EOT or max length) are not counted as drafted
+        finishing = ended | (length + new >= max_length)
+        drafted = torch.where(finishing, torch.minimum(draft_length, new), draft_length) * active
+        accepted = torch.minimum(n_accepted, drafted)
         counts += torch.stack([drafted, accepted, new, active.long(), k * active.long()], dim=1)
         by_position[0, :, :k] += drafted[:, None] > steps[:k]
         by_position[1, :, :k] += accepted[:, None] > steps[:k]

@@ -1,0 +1,98 @@
+"""`whisper-spec transcribe` end to end on real files, including bad input."""
+
+import json
+
+import jiwer
+import librosa
+import numpy as np
+import pytest
+import soundfile
+
+from conftest import speech
+from whisper_spec.cli.main import main
+
+QUILTER = speech("librispeech/dev-clean/1272-128104-0000.flac")
+
+
+def run(capsys, *args):
+    code = main(["transcribe", "--quiet", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_bad_files_fail_alone_and_good_ones_finish(capsys, tmp_path):
+    empty = tmp_path / "empty.wav"
+    empty.write_bytes(b"")
+    corrupt = tmp_path / "corrupt.flac"
+    corrupt.write_bytes(np.random.default_rng(0).bytes(5000))
+    missing = tmp_path / "missing.wav"
+    code, out, err = run(capsys, missing, empty, QUILTER, corrupt, "--model", "tiny.en", "--output-dir", tmp_path / "out")
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert f"{missing}: no such file" in lines[0]
+    assert f"{empty}: empty file" in lines[1]
+    assert str(corrupt) in lines[2] and "cannot decode audio" in lines[2]
+    assert "Quilter" in (tmp_path / "out" / f"{QUILTER.stem}.txt").read_text()
+
+
+def test_silence_gives_a_transcript_without_error(capsys, tmp_path):
+    silence = tmp_path / "silence.wav"
+    soundfile.write(silence, np.zeros(16000 * 3, dtype=np.float32), 16000)
+    code, out, err = run(capsys, silence, "--model", "tiny.en", "--format", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["duration"] == 3.0
+    assert len(result["text"]) < 40  # nothing, or Whisper's short filler on silence, never an error
+
+
+def test_8khz_stereo_and_mp3_are_resampled_and_downmixed(capsys, tmp_path):
+    audio, rate = soundfile.read(QUILTER, dtype="float32")
+    low = librosa.resample(audio, orig_sr=rate, target_sr=8000)
+    stereo = tmp_path / "stereo8k.wav"
+    soundfile.write(stereo, np.stack([low, 0.5 * low], axis=1), 8000)
+    mp3 = tmp_path / "clip.mp3"
+    soundfile.write(mp3, audio, rate, format="MP3")
+    reference = "Mr. Quilter is the apostle of the middle classes, and we are glad to welcome his gospel."
+    code, out, err = run(capsys, stereo, mp3, "--model", "tiny.en", "--format", "json", "--output-dir", tmp_path)
+    assert code == 0, err
+    for path in (stereo, mp3):
+        result = json.loads((tmp_path / f"{path.stem}.json").read_text())
+        assert jiwer.wer(reference.lower(), result["text"].lower()) < 0.2, result["text"]
+
+
+def test_incompatible_assistant_is_a_clear_error(capsys):
+    code, out, err = run(capsys, QUILTER, "--model", "base", "--assistant", "tiny.en")
+    assert code == 2
+    assert "cannot draft for base" in err and "vocabulary sizes differ" in err
+
+
+def test_json_srt_vtt_outputs(capsys, tmp_path):
+    code, out, err = run(capsys, QUILTER, "--model", "base", "--assistant", "base", "--language", "en",
+                         "-f", "json", "-f", "srt", "-f", "vtt", "-o", tmp_path, "--draft-tokens", "3")
+    assert code == 0, err
+    result = json.loads((tmp_path / f"{QUILTER.stem}.json").read_text())
+    assert set(result) >= {"text", "language", "segments", "stats"}
+    assert result["language"] == "en" and "Quilter" in result["text"]
+    assert result["segments"] and all(s["start"] < s["end"] <= result["duration"] + 1e-6 for s in result["segments"])
+    stats = result["stats"]
+    assert stats["drafted_tokens"] > 0 and stats["acceptance"] == 1.0
+    assert stats["encoder_seconds"] > 0 and stats["decoding_seconds"] > 0 and stats["main_forwards"] > 0
+    srt = (tmp_path / f"{QUILTER.stem}.srt").read_text()
+    assert srt.startswith("1\n00:00:0") and " --> " in srt and "Quilter" in srt
+    vtt = (tmp_path / f"{QUILTER.stem}.vtt").read_text()
+    assert vtt.startswith("WEBVTT\n\n00:00:0") and "Quilter" in vtt
+
+
+def test_unknown_language_and_help(capsys):
+    code, out, err = run(capsys, QUILTER, "--model", "tiny.en", "--language", "de")
+    assert code == 2 and "English-only" in err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["transcribe", "--help"])
+    assert exit_info.value.code == 0
+    assert "--draft-tokens" in capsys.readouterr().out
+
+
+def test_models_lists_embedded_defaults(capsys):
+    assert main(["models", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["base"]["installed"] and rows["tiny.en"]["installed"]
