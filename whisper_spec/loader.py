@@ -76,6 +76,7 @@ class _Checkpoint:
     """Reads named tensors from safetensors or PyTorch files without loading the rest."""
 
     def __init__(self, path: Path):
+        self._open: dict[Path, object] = {}
         index = path / "model.safetensors.index.json"
         if index.is_file():
             weight_map = json.loads(index.read_text())["weight_map"]
@@ -99,8 +100,9 @@ class _Checkpoint:
         file = self.files[key]
         if file is None:
             return self._torch[key]
-        with safe_open(file, "pt") as f:
-            return f.get_tensor(key)
+        if file not in self._open:
+            self._open[file] = safe_open(file, "pt")
+        return self._open[file].get_tensor(key)
 
 
 def _attention_weights(ckpt: _Checkpoint, hf: str, letters: str, out: str) -> dict:
