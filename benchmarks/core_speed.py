@@ -11,7 +11,6 @@ import json
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -56,22 +55,20 @@ def main() -> int:
         encoder = []
         identical = drafted = accepted = 0
         for _ in range(args.repeats):
+            outputs = {}
             for name, use in (("main", False), ("speculative", True)):
                 total = 0.0
-                outputs = []
+                outputs[name] = []
                 for start in range(0, len(paths), batch):
                     out, stats = decode_windows(pair, mel[start : start + batch], options, use_assistant=use)
                     total += stats.decoding_seconds
                     encoder.append(stats.encoder_seconds / stats.windows)
-                    outputs += out
+                    outputs[name] += out
                     if use:
                         drafted += stats.drafted
                         accepted += stats.accepted
                 times[name].append(total)
-                if use:
-                    identical = sum(a.tokens == b.tokens for a, b in zip(reference, outputs))
-                else:
-                    reference = outputs
+            identical = sum(a.tokens == b.tokens for a, b in zip(outputs["main"], outputs["speculative"]))
         main_s, spec_s = statistics.median(times["main"]), statistics.median(times["speculative"])
         report["results"].append({
             "batch_size": batch, "main_decoding_seconds": main_s, "speculative_decoding_seconds": spec_s,

@@ -45,17 +45,19 @@ def test_silence_gives_a_transcript_without_error(capsys, tmp_path):
     assert len(result["text"]) < 40  # nothing, or Whisper's short filler on silence, never an error
 
 
-def test_8khz_stereo_and_mp3_are_resampled_and_downmixed(capsys, tmp_path):
+def test_8khz_stereo_mp3_and_ogg_are_resampled_and_downmixed(capsys, tmp_path):
     audio, rate = soundfile.read(QUILTER, dtype="float32")
     low = librosa.resample(audio, orig_sr=rate, target_sr=8000)
     stereo = tmp_path / "stereo8k.wav"
     soundfile.write(stereo, np.stack([low, 0.5 * low], axis=1), 8000)
     mp3 = tmp_path / "clip.mp3"
     soundfile.write(mp3, audio, rate, format="MP3")
+    ogg = tmp_path / "clip44k.ogg"
+    soundfile.write(ogg, librosa.resample(audio, orig_sr=rate, target_sr=44100), 44100, format="OGG")
     reference = "Mr. Quilter is the apostle of the middle classes, and we are glad to welcome his gospel."
-    code, out, err = run(capsys, stereo, mp3, "--model", "tiny.en", "--format", "json", "--output-dir", tmp_path)
+    code, out, err = run(capsys, stereo, mp3, ogg, "--model", "tiny.en", "--format", "json", "--output-dir", tmp_path)
     assert code == 0, err
-    for path in (stereo, mp3):
+    for path in (stereo, mp3, ogg):
         result = json.loads((tmp_path / f"{path.stem}.json").read_text())
         assert jiwer.wer(reference.lower(), result["text"].lower()) < 0.2, result["text"]
 

@@ -13,14 +13,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from .loader import WhisperModel
+from .loader import BLOCK_NAMES, CROSS_NAMES, WhisperModel
 from .model import Decoder, Encoder
-
-_BLOCK_NAMES = [("attn_ln", "self_attn_layer_norm"), ("mlp_ln", "final_layer_norm"), ("mlp.fc1", "fc1"),
-                ("mlp.fc2", "fc2"), ("attn.out", "self_attn.out_proj")]
-_CROSS_NAMES = [("cross_attn_ln", "encoder_attn_layer_norm"), ("cross_attn.q", "encoder_attn.q_proj"),
-                ("cross_attn.out", "encoder_attn.out_proj")]
-
 
 def _unfuse(weight: torch.Tensor, bias: torch.Tensor, letters: str, hf: str, out: dict) -> None:
     for letter, w, b in zip(letters, weight.chunk(len(letters)), bias.chunk(len(letters))):
@@ -33,7 +27,7 @@ def _blocks(blocks, hf_prefix: str, cross: bool, out: dict) -> None:
     for i, block in enumerate(blocks):
         sd = block.state_dict()
         hf = f"{hf_prefix}.layers.{i}"
-        for mine, theirs in _BLOCK_NAMES + (_CROSS_NAMES if cross else []):
+        for theirs, mine in BLOCK_NAMES + (CROSS_NAMES if cross else []):
             out[f"{hf}.{theirs}.weight"] = sd[f"{mine}.weight"]
             out[f"{hf}.{theirs}.bias"] = sd[f"{mine}.bias"]
         _unfuse(sd["attn.qkv.weight"], sd["attn.qkv.bias"], "qkv", f"{hf}.self_attn", out)

@@ -118,20 +118,21 @@ def _attention_weights(ckpt: _Checkpoint, hf: str, letters: str, out: str) -> di
     }
 
 
+# Hugging Face's names of the per-block weights -> ours (q/k/v are fused separately)
+BLOCK_NAMES = [("self_attn_layer_norm", "attn_ln"), ("final_layer_norm", "mlp_ln"), ("fc1", "mlp.fc1"),
+               ("fc2", "mlp.fc2"), ("self_attn.out_proj", "attn.out")]
+CROSS_NAMES = [("encoder_attn_layer_norm", "cross_attn_ln"), ("encoder_attn.q_proj", "cross_attn.q"),
+               ("encoder_attn.out_proj", "cross_attn.out")]
+
+
 def _block_weights(ckpt: _Checkpoint, hf: str, ours: str, cross: bool) -> dict:
     sd = {}
-    names = [("self_attn_layer_norm", "attn_ln"), ("final_layer_norm", "mlp_ln"), ("fc1", "mlp.fc1"), ("fc2", "mlp.fc2"),
-             ("self_attn.out_proj", "attn.out")]
-    if cross:
-        names += [("encoder_attn_layer_norm", "cross_attn_ln"), ("encoder_attn.q_proj", "cross_attn.q"),
-                  ("encoder_attn.out_proj", "cross_attn.out")]
-    for theirs, mine in names:
+    for theirs, mine in BLOCK_NAMES + (CROSS_NAMES if cross else []):
         sd[f"{ours}.{mine}.weight"] = ckpt.get(f"{hf}.{theirs}.weight")
         sd[f"{ours}.{mine}.bias"] = ckpt.get(f"{hf}.{theirs}.bias")
     sd.update(_attention_weights(ckpt, f"{hf}.self_attn", "qkv", f"{ours}.attn.qkv"))
     if cross:
-        kv = _attention_weights(ckpt, f"{hf}.encoder_attn", "kv", f"{ours}.cross_attn.kv")
-        sd.update(kv)
+        sd.update(_attention_weights(ckpt, f"{hf}.encoder_attn", "kv", f"{ours}.cross_attn.kv"))
     return sd
 
 
@@ -154,11 +155,7 @@ def _encoder(ckpt: _Checkpoint, dims: ModelDims, dtype, device) -> Encoder:
         "ln_post.bias": ckpt.get("encoder.layer_norm.bias"),
     }
     for i in range(dims.n_audio_layer):
-        for theirs, mine in [("self_attn_layer_norm", "attn_ln"), ("final_layer_norm", "mlp_ln"), ("fc1", "mlp.fc1"),
-                             ("fc2", "mlp.fc2"), ("self_attn.out_proj", "attn.out")]:
-            sd[f"blocks.{i}.{mine}.weight"] = ckpt.get(f"encoder.layers.{i}.{theirs}.weight")
-            sd[f"blocks.{i}.{mine}.bias"] = ckpt.get(f"encoder.layers.{i}.{theirs}.bias")
-        sd.update(_attention_weights(ckpt, f"encoder.layers.{i}.self_attn", "qkv", f"blocks.{i}.attn.qkv"))
+        sd.update(_block_weights(ckpt, f"encoder.layers.{i}", f"blocks.{i}", cross=False))
     with torch.device("meta"):
         encoder = Encoder(dims)
     _load_module(encoder, sd, dtype, device)
