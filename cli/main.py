@@ -47,6 +47,22 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
                        help="per row: draft 2 more after full acceptance, 1 fewer after a rejection")
     group.add_argument("--timestamps", action=argparse.BooleanOptionalAction, default=None,
                        help="predict segment timestamps (default: on for srt and vtt output)")
+    group.add_argument("--chunk-length", type=float, default=30.0,
+                       help="seconds per window for audio longer than one window (default: %(default)s)")
+    group.add_argument("--overlap", type=float, default=5.0,
+                       help="seconds shared by consecutive windows, where they are stitched (default: %(default)s)")
+
+
+def _add_output_options(parser: argparse.ArgumentParser, output_dir_required: bool) -> None:
+    out = parser.add_argument_group("output")
+    out.add_argument("--format", "-f", action="append", choices=("txt", "json", "srt", "vtt", "all"),
+                     help="output format, repeatable (default: txt)")
+    if output_dir_required:
+        out.add_argument("--output-dir", "-o", type=Path, required=True, help="where outputs go: DIR/<name>.<format>")
+    else:
+        out.add_argument("--output-dir", "-o", type=Path, default=None,
+                         help="write DIR/<name>.<format> per file instead of printing")
+    out.add_argument("--quiet", "-q", action="store_true", help="no progress bar or notes")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,12 +76,18 @@ def build_parser() -> argparse.ArgumentParser:
     transcribe.add_argument("files", nargs="+", metavar="FILE")
     _add_model_options(transcribe)
     _add_decoding_options(transcribe)
-    out = transcribe.add_argument_group("output")
-    out.add_argument("--format", "-f", action="append", choices=("txt", "json", "srt", "vtt", "all"),
-                     help="output format, repeatable (default: txt)")
-    out.add_argument("--output-dir", "-o", type=Path, default=None,
-                     help="write DIR/<name>.<format> per file instead of printing")
-    out.add_argument("--quiet", "-q", action="store_true", help="no progress bar or notes")
+    _add_output_options(transcribe, output_dir_required=False)
+
+    batch = sub.add_parser(
+        "batch", help="transcribe a folder, glob or manifest into an output folder (resumable)",
+        description="Transcribe many files: INPUT is a folder (searched recursively), a glob pattern (quote it), "
+                    "or a JSON-lines manifest with 'path' and optional 'language' per line. Outputs are written "
+                    "atomically; a re-run skips files already done; failures go to DIR/failures.jsonl and the "
+                    "job goes on; DIR/summary.json has the totals.")
+    batch.add_argument("input", metavar="INPUT")
+    _add_model_options(batch)
+    _add_decoding_options(batch)
+    _add_output_options(batch, output_dir_required=True)
 
     models = sub.add_parser("models", help="list the embedded models and prepare them",
                             description="List the embedded models; --prepare converts them into the cache.")
@@ -100,34 +122,47 @@ def load_from_args(args, note):
     return pair
 
 
-def cmd_transcribe(args) -> int:
+def _setup(args):
+    """Formats, decoding and chunking options, the model pair and a note printer, from the arguments."""
     from whisper_spec.decoding import DecodingOptions
-    from whisper_spec.transcribe import Failure, transcribe
-    from whisper_spec.writers import FORMATS, render, write_outputs
+    from whisper_spec.transcribe import ChunkingOptions
+    from whisper_spec.writers import FORMATS
 
     formats = args.format or ["txt"]
     formats = list(FORMATS) if "all" in formats else list(dict.fromkeys(formats))
     timestamps = args.timestamps if args.timestamps is not None else any(f in ("srt", "vtt") for f in formats)
     note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
     if args.batch_size < 1:
-        _error("--batch-size must be at least 1")
-        return 2
+        raise ValueError("--batch-size must be at least 1")
+    options = DecodingOptions(
+        task=args.task, language=args.language, temperature=args.temperature, timestamps=timestamps,
+        draft_tokens=args.draft_tokens, adaptive_draft=args.adaptive_draft, seed=args.seed,
+    )
+    chunking = ChunkingOptions(chunk_length=args.chunk_length, overlap=args.overlap)
+    pair = load_from_args(args, note)
+    pair.main.special.check_language(args.language)
+    return formats, options, chunking, pair, note
+
+
+def cmd_transcribe(args) -> int:
+    from whisper_spec.batch import audio_progress
+    from whisper_spec.transcribe import Failure, transcribe
+    from whisper_spec.writers import render, write_outputs
+
     try:
-        options = DecodingOptions(
-            task=args.task, language=args.language, temperature=args.temperature, timestamps=timestamps,
-            draft_tokens=args.draft_tokens, adaptive_draft=args.adaptive_draft, seed=args.seed,
-        )
-        pair = load_from_args(args, note)
-        pair.main.special.check_language(args.language)
+        formats, options, chunking, pair, note = _setup(args)
     except (ValueError, FileNotFoundError) as error:
         _error(str(error))
         return 2
 
     failures = 0
-    for result in transcribe(pair, args.files, options, batch_size=args.batch_size, progress=not args.quiet):
+    bar = audio_progress([Path(f) for f in args.files], enabled=not args.quiet)
+    results = transcribe(pair, args.files, options, batch_size=args.batch_size, chunking=chunking,
+                         on_window=lambda seconds: bar.update(round(seconds)))
+    for result in results:
         if isinstance(result, Failure):
             failures += 1
-            _error(result.error)
+            bar.write(f"{PROG}: error: {result.error}", file=sys.stderr)
             continue
         if args.output_dir is not None:
             for path in write_outputs(result, args.output_dir, formats):
@@ -139,7 +174,30 @@ def cmd_transcribe(args) -> int:
                 text = f"{result.path}: {text}"
             sys.stdout.write(text)
         sys.stdout.flush()
+    bar.close()
     return 1 if failures else 0
+
+
+def cmd_batch(args) -> int:
+    from whisper_spec.batch import collect_jobs, run_batch
+
+    try:
+        jobs = collect_jobs(args.input)
+        formats, options, chunking, pair, note = _setup(args)
+    except (ValueError, FileNotFoundError) as error:
+        _error(str(error))
+        return 2
+    summary = run_batch(pair, jobs, args.output_dir, formats, options, batch_size=args.batch_size,
+                        chunking=chunking, progress=not args.quiet)
+    rtf = summary["real_time_factor"]
+    acceptance = summary["acceptance"]
+    print(f"{summary['done']} done, {summary['failed']} failed, {summary['skipped']} skipped; "
+          f"{summary['audio_hours'] * 3600:.1f} s of audio in {summary['wall_seconds']:.1f} s"
+          + (f" (real-time factor {rtf:.3f})" if rtf else "")
+          + (f"; acceptance {acceptance:.2f}" if acceptance is not None else ""), file=sys.stderr)
+    if summary["failed"]:
+        print(f"failures: {summary['failures_file']}", file=sys.stderr)
+    return 1 if summary["failed"] else 0
 
 
 def cmd_models(args) -> int:
@@ -173,7 +231,7 @@ def cmd_models(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"transcribe": cmd_transcribe, "models": cmd_models}[args.command](args)
+        return {"transcribe": cmd_transcribe, "batch": cmd_batch, "models": cmd_models}[args.command](args)
     except KeyboardInterrupt:
         _error("interrupted")
         return 130

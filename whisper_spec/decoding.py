@@ -199,6 +199,14 @@ def detect_language(model: WhisperModel, n_rows: int) -> list[str]:
     return [special.id_to_lang[int(i)] for i in best]
 
 
+@torch.inference_mode()
+def detect_languages(pair: WhisperPair, mel: Tensor) -> list[str]:
+    """The language of each window, from the main model alone (encoder and one decoder step)."""
+    _ensure_cache(pair.main, mel.shape[0], 1)
+    pair.main.decoder.set_cross(pair.main.encoder(mel.to(pair.device)))
+    return detect_language(pair.main, mel.shape[0])
+
+
 def _ensure_cache(model: WhisperModel, batch: int, n_ctx: int) -> None:
     cache = model.decoder.blocks[0].attn.kv_cache
     if cache is None or cache.k.shape[0] != batch or cache.k.shape[2] < n_ctx:

@@ -1,4 +1,11 @@
-"""Files -> 30 s windows -> batched speculative decoding -> segments on each file's timeline."""
+"""Files -> overlapping windows -> batched speculative decoding -> stitched segments.
+
+Audio longer than one window is cut into windows that overlap by `overlap` seconds. Windows of
+all files go through the decoder in batches (across windows of one file and across files), and
+each file's windows are stitched back into one transcript: consecutive windows are aligned on
+the tokens they share in the overlap and cut in the middle of the agreeing stretch, so the words
+at a seam appear once. Segment times are on the file's own timeline.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +17,22 @@ from typing import Iterable, Iterator
 import numpy as np
 import torch
 
-from .audio import N_SAMPLES, SAMPLE_RATE, AudioError, load_audio, log_mel_spectrogram, pad_or_trim
-from .decoding import DecodingOptions, DecodingStats, WindowResult, decode_windows
+from .audio import CHUNK_SECONDS, SAMPLE_RATE, AudioError, load_audio, log_mel_spectrogram, pad_or_trim
+from .decoding import DecodingOptions, DecodingStats, WindowResult, decode_windows, detect_languages
 from .loader import WhisperPair
 from .tokenizer import TIME_PRECISION, TextDecoder
+
+
+@dataclass(frozen=True)
+class ChunkingOptions:
+    chunk_length: float = CHUNK_SECONDS  # seconds per window, at most 30
+    overlap: float = 5.0  # seconds shared by consecutive windows
+
+    def __post_init__(self):
+        if not 0 < self.chunk_length <= CHUNK_SECONDS:
+            raise ValueError(f"chunk_length must be in (0, {CHUNK_SECONDS}] seconds")
+        if not 0 <= self.overlap <= self.chunk_length / 2:
+            raise ValueError("overlap must be between 0 and half the chunk length")
 
 
 @dataclass
@@ -21,7 +40,7 @@ class Segment:
     start: float  # seconds on the file's timeline
     end: float
     text: str
-    tokens: list[int]
+    tokens: list[int]  # text tokens, timestamps excluded
 
 
 @dataclass
@@ -54,42 +73,140 @@ class Failure:
 class _Window:
     file: int
     index: int
-    offset: float  # seconds
-    audio: np.ndarray
+    start: float  # seconds on the file's timeline
+    audio: np.ndarray  # a view into the file's samples
+
+    @property
+    def end(self) -> float:
+        return self.start + len(self.audio) / SAMPLE_RATE
 
 
-def window_segments(
-    tokens: list[int], text: TextDecoder, offset: float, duration: float, timestamps: bool
-) -> list[Segment]:
-    """Segments of one window. With timestamps, each <|t0|> text <|t1|> span is a segment."""
+def plan_windows(n_samples: int, chunking: ChunkingOptions) -> list[tuple[int, int]]:
+    """(start, end) sample ranges of the windows covering n_samples; one window for short audio."""
+    chunk = int(chunking.chunk_length * SAMPLE_RATE)
+    step = chunk - int(chunking.overlap * SAMPLE_RATE)
+    starts = [0]
+    while starts[-1] + chunk < n_samples:
+        starts.append(starts[-1] + step)
+    return [(start, min(start + chunk, max(n_samples, 1))) for start in starts]
+
+
+def window_segments(tokens: list[int], text: TextDecoder, start: float, end: float, timestamps: bool) -> list[Segment]:
+    """Segments of one window on the file's timeline. With timestamps, each <|t0|> text <|t1|>
+    span is a segment; without, the window's whole text is one."""
     ts_begin = text.special.timestamp_begin
+    duration = end - start
     if not timestamps:
-        body = text.decode(tokens).strip()
-        return [Segment(offset, offset + duration, body, tokens)] if body else []
-    segments, start, pending = [], None, []
-    for token in tokens:
-        if token < ts_begin:
-            pending.append(token)
-            continue
-        time = (token - ts_begin) * TIME_PRECISION
-        if start is not None and pending:
-            segments.append((start, time, pending))
-            start, pending = None, []
-        else:
-            start = time
-    if pending:  # text after the last timestamp runs to the end of the window
-        segments.append((start if start is not None else 0.0, duration, pending))
+        spans = [(0.0, duration, [t for t in tokens if t < ts_begin])]
+    else:
+        spans, opened, pending = [], None, []
+        for token in tokens:
+            if token < ts_begin:
+                pending.append(token)
+                continue
+            time = (token - ts_begin) * TIME_PRECISION
+            if opened is not None and pending:
+                spans.append((opened, time, pending))
+                opened, pending = None, []
+            else:
+                opened = time
+        if pending:  # text after the last timestamp runs to the end of the window
+            spans.append((opened if opened is not None else 0.0, duration, pending))
     return [
-        Segment(offset + s, offset + min(max(e, s), duration), body, seg)
-        for s, e, seg in segments
+        Segment(start + min(s, duration), start + min(max(e, s), duration), body, seg)
+        for s, e, seg in spans
         if (body := text.decode(seg).strip())
     ]
 
 
-def _windows(audio: np.ndarray, file: int) -> list[_Window]:
-    """Consecutive 30 s windows covering the file (at least one, even for very short audio)."""
-    starts = range(0, max(len(audio), 1), N_SAMPLES)
-    return [_Window(file, i, start / SAMPLE_RATE, audio[start : start + N_SAMPLES]) for i, start in enumerate(starts)]
+@dataclass
+class _TimedToken:
+    token: int
+    segment: Segment
+    position: int  # in segment.tokens
+
+    @property
+    def time(self) -> float:
+        """Interpolated within the segment: Whisper times segments, not tokens."""
+        return _time_at(self.segment, self.position)
+
+
+def _time_at(segment: Segment, position: int) -> float:
+    return segment.start + (segment.end - segment.start) * position / len(segment.tokens)
+
+
+def _timed(segments: list[Segment]) -> list[_TimedToken]:
+    return [_TimedToken(t, segment, j) for segment in segments for j, t in enumerate(segment.tokens)]
+
+
+def align_overlap(left: list[int], right: list[int]) -> tuple[int, int] | None:
+    """Where to cut two token sequences that overlap (left's end is right's beginning).
+
+    Tries every shift of right against left, scores the fraction of equal tokens in the
+    overlapping stretch (longer stretches win ties), and cuts both in the middle of the best
+    stretch: keep left[:i] + right[j:]. None when no shift has two or more equal tokens.
+    """
+    best, best_score = None, 0.0
+    n_left, n_right = len(left), len(right)
+    for shift in range(1, n_left + n_right):
+        left_start, left_stop = max(0, n_left - shift), min(n_left, n_left + n_right - shift)
+        right_start, right_stop = max(0, shift - n_left), min(n_right, shift)
+        length = left_stop - left_start
+        matches = sum(a == b for a, b in zip(left[left_start:left_stop], right[right_start:right_stop]))
+        score = matches / length + length * 1e-4
+        if matches > 1 and score > best_score:
+            best, best_score = (left_start, left_stop, right_start, right_stop), score
+    if best is None:
+        return None
+    left_start, left_stop, right_start, right_stop = best
+    return (left_start + left_stop) // 2, (right_start + right_stop) // 2
+
+
+def stitch(windows: list[tuple[float, float, list[Segment]]], text: TextDecoder) -> list[Segment]:
+    """One file's windows, (start, end, segments) in order, into one list of segments."""
+    merged: list[_TimedToken] = _timed(windows[0][2])
+    previous = 0  # where the previous window's tokens begin in merged
+    for (_, left_end, _), (right_start, _, segments) in zip(windows, windows[1:]):
+        right = _timed(segments)
+        seam = (right_start + left_end) / 2
+        # only tokens near the overlap can be the same words spoken once
+        left_zone = [i for i in range(previous, len(merged)) if merged[i].time >= right_start - 2.0]
+        right_zone = [j for j, t in enumerate(right) if t.time <= left_end + 2.0]
+        cut = None
+        if left_zone and right_zone:
+            cut = align_overlap([merged[i].token for i in left_zone], [right[j].token for j in right_zone])
+        if cut is not None:
+            left_cut = left_zone[cut[0]] if cut[0] < len(left_zone) else len(merged)
+            right_cut = right_zone[cut[1]] if cut[1] < len(right_zone) else len(right)
+        else:  # nothing in common: cut both at the middle of the overlap
+            left_cut = next((i for i in range(previous, len(merged)) if merged[i].time >= seam), len(merged))
+            right_cut = next((j for j, t in enumerate(right) if t.time >= seam), len(right))
+        del merged[left_cut:]
+        previous = len(merged)
+        merged += right[right_cut:]
+    return _regroup(merged, text)
+
+
+def _regroup(tokens: list[_TimedToken], text: TextDecoder) -> list[Segment]:
+    """Consecutive tokens of one original segment form a segment again; a segment cut at a seam
+    starts or ends at the time of its first kept or first dropped token."""
+    segments = []
+    i = 0
+    while i < len(tokens):
+        source = tokens[i].segment
+        j = i
+        while j < len(tokens) and tokens[j].segment is source:
+            j += 1
+        kept = [t.token for t in tokens[i:j]]
+        start = _time_at(source, tokens[i].position)
+        if segments:  # windows time the same words slightly differently: keep segments in order
+            start = max(start, segments[-1].end)
+        end = _time_at(source, tokens[j - 1].position + 1)
+        body = text.decode(kept).strip()
+        if body:
+            segments.append(Segment(start, max(end, start), body, kept))
+        i = j
+    return segments
 
 
 def _features(pair: WhisperPair, batch: list[_Window]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -108,25 +225,24 @@ def transcribe(
     options: DecodingOptions = DecodingOptions(),
     *,
     batch_size: int = 4,
+    chunking: ChunkingOptions = ChunkingOptions(),
     languages: dict[str, str] | None = None,
     use_assistant: bool = True,
-    progress: bool = False,
+    on_window=None,
 ) -> Iterator[Transcript | Failure]:
     """Transcribe files in order, batching windows across files; yields one result per file.
 
     A file that cannot be read yields a Failure and the others go on. languages maps a path to
-    its language, overriding options.language.
+    its language, overriding options.language; a file of several windows with no language gets
+    the language detected on its first window. on_window(seconds) is called as windows finish.
     """
-    from tqdm.auto import tqdm
-
     paths = [str(p) for p in paths]
-    languages = languages or {}
-    bar = tqdm(total=len(paths), unit="file", disable=not progress or None)
+    languages = dict(languages or {})
     pending: list[_Window] = []
     results: dict[int, list[WindowResult | None]] = {}
-    durations: dict[int, float] = {}
-    next_to_yield = 0
+    files: dict[int, list[_Window]] = {}
     done: dict[int, Transcript | Failure] = {}
+    next_to_yield = 0
 
     def flush() -> None:
         batch = pending[:batch_size]
@@ -138,28 +254,32 @@ def transcribe(
         )
         for window, result in zip(batch, out):
             results[window.file][window.index] = result
+            if on_window is not None:
+                on_window(window.end - window.start)
         for file in {w.file for w in batch}:
             if all(r is not None for r in results[file]):
-                done[file] = _assemble(pair, paths[file], durations[file], results.pop(file), options)
+                done[file] = _assemble(pair, paths[file], files.pop(file), results.pop(file), options)
 
     def ready() -> Iterator[Transcript | Failure]:
         nonlocal next_to_yield
         while next_to_yield in done:
-            bar.update(1)
             yield done.pop(next_to_yield)
             next_to_yield += 1
 
     for file, path in enumerate(paths):
         try:
             audio = load_audio(path)
-            language = languages.get(path, options.language)
-            pair.main.special.check_language(language)
+            pair.main.special.check_language(languages.get(path, options.language))
         except (AudioError, ValueError) as error:
             done[file] = Failure(path, str(error) if isinstance(error, AudioError) else f"{path}: {error}")
             yield from ready()
             continue
-        windows = _windows(audio, file)
-        durations[file] = len(audio) / SAMPLE_RATE
+        windows = [_Window(file, i, a / SAMPLE_RATE, audio[a:b])
+                   for i, (a, b) in enumerate(plan_windows(len(audio), chunking))]
+        if len(windows) > 1 and pair.main.special.multilingual and languages.get(path, options.language) is None:
+            # one language for the whole file, as Whisper does: windows decoded apart could disagree
+            languages[path] = detect_languages(pair, _features(pair, windows[:1])[0])[0]
+        files[file] = windows
         results[file] = [None] * len(windows)
         pending.extend(windows)
         while len(pending) >= batch_size:
@@ -168,20 +288,18 @@ def transcribe(
     while pending:
         flush()
     yield from ready()
-    bar.close()
 
 
-def _assemble(pair: WhisperPair, path: str, duration: float, windows: list[WindowResult], options) -> Transcript:
+def _assemble(pair: WhisperPair, path: str, windows: list[_Window], results: list[WindowResult],
+              options: DecodingOptions) -> Transcript:
     text = pair.main.text
-    segments = []
-    for index, result in enumerate(windows):
-        offset = index * N_SAMPLES / SAMPLE_RATE
-        length = min(duration - offset, N_SAMPLES / SAMPLE_RATE)
-        segments += window_segments(result.tokens, text, offset, length, options.timestamps)
-    languages = Counter(w.language for w in windows if w.language)
-    language = languages.most_common(1)[0][0] if languages else None
-    full_text = " ".join(text.decode(w.tokens).strip() for w in windows).strip()
+    pieces = [(w.start, w.end, window_segments(r.tokens, text, w.start, w.end, options.timestamps))
+              for w, r in zip(windows, results)]
+    segments = stitch(pieces, text) if len(pieces) > 1 else pieces[0][2]
+    full_text = text.decode([t for s in segments for t in s.tokens]).strip()
+    languages = Counter(r.language for r in results if r.language)
     stats = DecodingStats()
-    for window in windows:
-        stats.add(window.stats)
-    return Transcript(path, full_text, language, duration, segments, stats)
+    for result in results:
+        stats.add(result.stats)
+    duration = windows[-1].end
+    return Transcript(path, full_text, languages.most_common(1)[0][0] if languages else None, duration, segments, stats)

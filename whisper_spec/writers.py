@@ -57,12 +57,12 @@ def write_atomic(path: Path, content: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def write_outputs(transcript: Transcript, output_dir: Path, formats: list[str]) -> list[Path]:
-    """One file per format, named after the audio file: DIR/<stem>.<format>."""
-    stem = Path(transcript.path).stem
+def write_outputs(transcript: Transcript, output_dir: Path, formats: list[str], name: str | None = None) -> list[Path]:
+    """One file per format: DIR/<name>.<format>, name defaulting to the audio file's stem."""
+    name = name or Path(transcript.path).stem
     written = []
     for fmt in formats:
-        path = Path(output_dir) / f"{stem}.{fmt}"
+        path = Path(output_dir) / f"{name}.{fmt}"
         write_atomic(path, render(transcript, fmt))
         written.append(path)
     return written
