@@ -49,7 +49,7 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
                        help="predict segment timestamps (default: on for srt and vtt output)")
     group.add_argument("--chunk-length", type=float, default=30.0,
                        help="seconds per window for audio longer than one window (default: %(default)s)")
-    group.add_argument("--overlap", type=float, default=5.0,
+    group.add_argument("--overlap", type=float, default=10.0,
                        help="seconds shared by consecutive windows, where they are stitched (default: %(default)s)")
 
 

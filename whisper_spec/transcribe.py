@@ -10,7 +10,7 @@ at a seam appear once. Segment times are on the file's own timeline.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -26,7 +26,8 @@ from .tokenizer import TIME_PRECISION, TextDecoder
 @dataclass(frozen=True)
 class ChunkingOptions:
     chunk_length: float = CHUNK_SECONDS  # seconds per window, at most 30
-    overlap: float = 5.0  # seconds shared by consecutive windows
+    overlap: float = 10.0  # seconds shared by consecutive windows (Whisper often leaves the last few
+    # seconds of a window untranscribed, for the next window to take: the overlap must cover them)
 
     def __post_init__(self):
         if not 0 < self.chunk_length <= CHUNK_SECONDS:
@@ -142,20 +143,21 @@ def _timed(segments: list[Segment]) -> list[_TimedToken]:
 def align_overlap(left: list[int], right: list[int]) -> tuple[int, int] | None:
     """Where to cut two token sequences that overlap (left's end is right's beginning).
 
-    Tries every shift of right against left, scores the fraction of equal tokens in the
-    overlapping stretch (longer stretches win ties), and cuts both in the middle of the best
-    stretch: keep left[:i] + right[j:]. None when no shift has two or more equal tokens.
+    Tries every shift of right against left and keeps the one whose overlapping stretch has the
+    most equal tokens, among stretches that agree on at least two tokens and half their length;
+    both are cut in the middle of that stretch: keep left[:i] + right[j:]. None when no shift
+    qualifies.
     """
-    best, best_score = None, 0.0
+    best, best_key = None, (0, 0.0)
     n_left, n_right = len(left), len(right)
     for shift in range(1, n_left + n_right):
         left_start, left_stop = max(0, n_left - shift), min(n_left, n_left + n_right - shift)
         right_start, right_stop = max(0, shift - n_left), min(n_right, shift)
         length = left_stop - left_start
         matches = sum(a == b for a, b in zip(left[left_start:left_stop], right[right_start:right_stop]))
-        score = matches / length + length * 1e-4
-        if matches > 1 and score > best_score:
-            best, best_score = (left_start, left_stop, right_start, right_stop), score
+        key = (matches, matches / length)
+        if matches >= 2 and 2 * matches >= length and key > best_key:
+            best, best_key = (left_start, left_stop, right_start, right_stop), key
     if best is None:
         return None
     left_start, left_stop, right_start, right_stop = best
@@ -168,19 +170,23 @@ def stitch(windows: list[tuple[float, float, list[Segment]]], text: TextDecoder)
     previous = 0  # where the previous window's tokens begin in merged
     for (_, left_end, _), (right_start, _, segments) in zip(windows, windows[1:]):
         right = _timed(segments)
-        seam = (right_start + left_end) / 2
-        # only tokens near the overlap can be the same words spoken once
-        left_zone = [i for i in range(previous, len(merged)) if merged[i].time >= right_start - 2.0]
-        right_zone = [j for j, t in enumerate(right) if t.time <= left_end + 2.0]
+        # words spoken in the overlap lie in segments that reach into it (token times within a
+        # segment are only interpolated, so whole segments are searched)
+        left_zone = [i for i in range(previous, len(merged)) if merged[i].segment.end >= right_start]
+        right_zone = [j for j, t in enumerate(right) if t.segment.start <= left_end]
         cut = None
         if left_zone and right_zone:
             cut = align_overlap([merged[i].token for i in left_zone], [right[j].token for j in right_zone])
         if cut is not None:
             left_cut = left_zone[cut[0]] if cut[0] < len(left_zone) else len(merged)
             right_cut = right_zone[cut[1]] if cut[1] < len(right_zone) else len(right)
-        else:  # nothing in common: cut both at the middle of the overlap
-            left_cut = next((i for i in range(previous, len(merged)) if merged[i].time >= seam), len(merged))
-            right_cut = next((j for j, t in enumerate(right) if t.time >= seam), len(right))
+        else:
+            # no words in common: the left window's text stops before the right one's begins (Whisper
+            # leaves a cut-off last sentence for the next window). Keep all of left, and right from
+            # its first segment that reaches past the end of left's text.
+            left_cut = len(merged)
+            left_text_end = merged[-1].segment.end if len(merged) > previous else right_start
+            right_cut = next((j for j, t in enumerate(right) if t.segment.end > left_text_end), len(right))
         del merged[left_cut:]
         previous = len(merged)
         merged += right[right_cut:]
@@ -234,23 +240,26 @@ def transcribe(
 
     A file that cannot be read yields a Failure and the others go on. languages maps a path to
     its language, overriding options.language; a file of several windows with no language gets
-    the language detected on its first window. on_window(seconds) is called as windows finish.
+    the language detected on its first window. A file of several windows is always decoded with
+    timestamps: without them Whisper tends to stop early in a long window, and the stitcher needs
+    segment times. on_window(seconds) is called as windows finish.
     """
     paths = [str(p) for p in paths]
     languages = dict(languages or {})
-    pending: list[_Window] = []
+    pending: dict[bool, list[_Window]] = {False: [], True: []}  # by timestamp mode: a batch has one
     results: dict[int, list[WindowResult | None]] = {}
     files: dict[int, list[_Window]] = {}
     done: dict[int, Transcript | Failure] = {}
     next_to_yield = 0
 
-    def flush() -> None:
-        batch = pending[:batch_size]
-        del pending[:batch_size]
+    def flush(timestamps: bool) -> None:
+        batch = pending[timestamps][:batch_size]
+        del pending[timestamps][:batch_size]
         mel, assistant_mel = _features(pair, batch)
         langs = [languages.get(paths[w.file], options.language) for w in batch]
         out, _ = decode_windows(
-            pair, mel, options, assistant_mel=assistant_mel, languages=langs, use_assistant=use_assistant
+            pair, mel, replace(options, timestamps=timestamps), assistant_mel=assistant_mel, languages=langs,
+            use_assistant=use_assistant,
         )
         for window, result in zip(batch, out):
             results[window.file][window.index] = result
@@ -258,7 +267,7 @@ def transcribe(
                 on_window(window.end - window.start)
         for file in {w.file for w in batch}:
             if all(r is not None for r in results[file]):
-                done[file] = _assemble(pair, paths[file], files.pop(file), results.pop(file), options)
+                done[file] = _assemble(pair, paths[file], files.pop(file), results.pop(file), timestamps)
 
     def ready() -> Iterator[Transcript | Failure]:
         nonlocal next_to_yield
@@ -281,19 +290,21 @@ def transcribe(
             languages[path] = detect_languages(pair, _features(pair, windows[:1])[0])[0]
         files[file] = windows
         results[file] = [None] * len(windows)
-        pending.extend(windows)
-        while len(pending) >= batch_size:
-            flush()
+        timestamps = options.timestamps or len(windows) > 1
+        pending[timestamps].extend(windows)
+        while len(pending[timestamps]) >= batch_size:
+            flush(timestamps)
             yield from ready()
-    while pending:
-        flush()
+    for timestamps in (False, True):
+        while pending[timestamps]:
+            flush(timestamps)
     yield from ready()
 
 
 def _assemble(pair: WhisperPair, path: str, windows: list[_Window], results: list[WindowResult],
-              options: DecodingOptions) -> Transcript:
+              timestamps: bool) -> Transcript:
     text = pair.main.text
-    pieces = [(w.start, w.end, window_segments(r.tokens, text, w.start, w.end, options.timestamps))
+    pieces = [(w.start, w.end, window_segments(r.tokens, text, w.start, w.end, timestamps))
               for w, r in zip(windows, results)]
     segments = stitch(pieces, text) if len(pieces) > 1 else pieces[0][2]
     full_text = text.decode([t for s in segments for t in s.tokens]).strip()

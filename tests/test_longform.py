@@ -1,0 +1,104 @@
+"""Chunked long-form: windows, stitching, exactness of speculative long-form, and WER at the seams."""
+
+import json
+
+import jiwer
+import pytest
+
+from conftest import SPEECH, manifest, speech
+from whisper_spec.audio import SAMPLE_RATE
+from whisper_spec.decoding import DecodingOptions
+from whisper_spec.loader import WhisperPair, decoder_subset
+from whisper_spec.transcribe import ChunkingOptions, Segment, align_overlap, plan_windows, stitch, transcribe
+
+LONG = ["longform/bill_gates-TED-next-epidemic-excerpt.flac",
+        "longform/librispeech-test-other_1688-142285_0000-0009.flac",
+        "unlabeled/talk-128s.mp3"]
+
+
+class Text:
+    """A stand-in text decoder for stitching tests: token ids are words."""
+    special = type("S", (), {"timestamp_begin": 1000, "eot": 999})()
+
+    @staticmethod
+    def decode(ids):
+        return " ".join(f"w{i}" for i in ids)
+
+
+def test_windows_cover_the_audio_with_the_asked_overlap():
+    chunking = ChunkingOptions(chunk_length=30, overlap=5)
+    assert plan_windows(10 * SAMPLE_RATE, chunking) == [(0, 10 * SAMPLE_RATE)]
+    windows = plan_windows(70 * SAMPLE_RATE, chunking)
+    assert [(a / SAMPLE_RATE, b / SAMPLE_RATE) for a, b in windows] == [(0, 30), (25, 55), (50, 70)]
+    with pytest.raises(ValueError):
+        ChunkingOptions(chunk_length=40)
+
+
+def test_align_overlap_cuts_in_the_middle_of_the_shared_words():
+    left = [1, 2, 3, 4, 5, 6, 7, 8]
+    right = [5, 6, 7, 8, 9, 10]
+    i, j = align_overlap(left, right)
+    assert left[:i] + right[j:] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    # a word misheard at the edge of one window still aligns
+    i, j = align_overlap([1, 2, 3, 4, 5, 66, 7, 8], [5, 6, 7, 8, 9])
+    assert [1, 2, 3, 4, 5, 66, 7, 8][:i] + [5, 6, 7, 8, 9][j:] in ([1, 2, 3, 4, 5, 6, 7, 8, 9],
+                                                                   [1, 2, 3, 4, 5, 66, 7, 8, 9])
+    assert align_overlap([1, 2, 3], [7, 8, 9]) is None
+
+
+def test_stitch_keeps_each_word_once_and_times_in_order():
+    first = [Segment(0, 12, "", [1, 2, 3, 4]), Segment(12, 30, "", [5, 6, 7, 8, 9])]
+    second = [Segment(25, 40, "", [7, 8, 9, 10, 11]), Segment(40, 55, "", [12, 13])]
+    segments = stitch([(0, 30, first), (25, 55, second)], Text)
+    assert [t for s in segments for t in s.tokens] == list(range(1, 14))
+    assert all(a.end <= b.start for a, b in zip(segments, segments[1:]))
+    assert segments[0].start == 0 and segments[-1].end == 55
+    # nothing shared: the overlap is cut at its middle (27.5 s)
+    segments = stitch([(0, 30, [Segment(0, 30, "", [1, 2, 3])]), (25, 55, [Segment(25, 55, "", [4, 5, 6])])], Text)
+    assert [t for s in segments for t in s.tokens] == [1, 2, 3, 5, 6]
+
+
+@pytest.fixture(scope="module")
+def long_pair(base_pair):
+    """base with an untrained assistant of five of its six decoder layers: most drafts accepted, not all."""
+    return WhisperPair(base_pair.main, decoder_subset(base_pair.main, [0, 1, 2, 3, 5]), base_pair.device, base_pair.dtype)
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_speculative_long_form_equals_main_only(long_pair, batch_size):
+    paths = [speech(p) for p in LONG]
+    options = DecodingOptions(timestamps=True, draft_tokens=4)
+    main_only = list(transcribe(long_pair, paths, options, batch_size=batch_size, use_assistant=False))
+    speculative = list(transcribe(long_pair, paths, options, batch_size=batch_size))
+    for a, b in zip(main_only, speculative):
+        assert a.text == b.text and a.text
+        assert [(s.start, s.end, s.text) for s in a.segments] == [(s.start, s.end, s.text) for s in b.segments]
+        assert b.stats.windows >= 3 and 0 < b.stats.acceptance < 1
+        assert b.segments[-1].end <= b.duration + 1e-6
+        assert all(x.end <= y.start + 1e-6 for x, y in zip(b.segments, b.segments[1:]))
+    assert speculative[2].duration == pytest.approx(128.486, abs=0.01)
+
+
+def test_stitched_wer_stays_close_to_separate_utterances(base_pair):
+    from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
+
+    spelling = json.loads((SPEECH.parent / "whisper-english-spelling.json").read_text())
+    normalize = EnglishTextNormalizer(spelling)
+    rows = manifest()
+    utterances = {r["utt_id"]: r for r in rows if r["set"] == "librispeech"}
+    chapters = [r for r in rows if r["set"] == "longform" and r.get("utt_ids")]
+    assert len(chapters) == 7
+    options = DecodingOptions(language="en")
+    stitched = {r.path: r.text for r in transcribe(base_pair, [SPEECH / c["path"] for c in chapters], options)}
+    parts = [SPEECH / utterances[u]["path"] for c in chapters for u in c["utt_ids"]]
+    separate = {r.path: r.text for r in transcribe(base_pair, parts, options)}
+
+    references = [normalize(c["text"]) for c in chapters]
+    stitched_wer = jiwer.wer(references, [normalize(stitched[str(SPEECH / c["path"])]) for c in chapters])
+    separate_wer = jiwer.wer(references, [
+        normalize(" ".join(separate[str(SPEECH / utterances[u]["path"])] for u in c["utt_ids"])) for c in chapters
+    ])
+    print(f"stitched WER {stitched_wer:.4f}, separate utterances WER {separate_wer:.4f}")
+    # bound: one point absolute. About 20 seams over ~1,900 words: a word lost or doubled at every
+    # seam would cost about one point, so this holds only if seams are mostly clean.
+    assert stitched_wer <= separate_wer + 0.01
