@@ -39,10 +39,11 @@ def test_align_overlap_cuts_in_the_middle_of_the_shared_words():
     right = [5, 6, 7, 8, 9, 10]
     i, j = align_overlap(left, right)
     assert left[:i] + right[j:] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
-    # a word misheard at the edge of one window still aligns
-    i, j = align_overlap([1, 2, 3, 4, 5, 66, 7, 8], [5, 6, 7, 8, 9])
-    assert [1, 2, 3, 4, 5, 66, 7, 8][:i] + [5, 6, 7, 8, 9][j:] in ([1, 2, 3, 4, 5, 6, 7, 8, 9],
-                                                                   [1, 2, 3, 4, 5, 66, 7, 8, 9])
+    # a word heard differently in one window does not stop the alignment
+    left, right = [1, 2, 3, 4, 5, 66, 7, 8, 9, 10], [5, 6, 6, 7, 8, 9, 10, 11]
+    i, j = align_overlap(left, right)
+    assert left[:i] + right[j:] == [1, 2, 3, 4, 5, 66, 7, 8, 9, 10, 11]
+    assert align_overlap([1, 2, 3, 4], [3, 4, 9]) is None  # two shared tokens may be chance
     assert align_overlap([1, 2, 3], [7, 8, 9]) is None
 
 
@@ -53,9 +54,11 @@ def test_stitch_keeps_each_word_once_and_times_in_order():
     assert [t for s in segments for t in s.tokens] == list(range(1, 14))
     assert all(a.end <= b.start for a, b in zip(segments, segments[1:]))
     assert segments[0].start == 0 and segments[-1].end == 55
-    # nothing shared: the overlap is cut at its middle (27.5 s)
-    segments = stitch([(0, 30, [Segment(0, 30, "", [1, 2, 3])]), (25, 55, [Segment(25, 55, "", [4, 5, 6])])], Text)
-    assert [t for s in segments for t in s.tokens] == [1, 2, 3, 5, 6]
+    # nothing shared: all of left, then right from its first segment that ends after left's text
+    first = [Segment(0, 12, "", [1, 2, 3]), Segment(12, 27, "", [4, 5])]
+    second = [Segment(25, 26.5, "", [9]), Segment(26.5, 40, "", [6, 7])]
+    segments = stitch([(0, 30, first), (25, 55, second)], Text)
+    assert [t for s in segments for t in s.tokens] == [1, 2, 3, 4, 5, 6, 7]
 
 
 @pytest.fixture(scope="module")

@@ -140,28 +140,30 @@ def _timed(segments: list[Segment]) -> list[_TimedToken]:
     return [_TimedToken(t, segment, j) for segment in segments for j, t in enumerate(segment.tokens)]
 
 
+MIN_SHARED_RUN = 3  # tokens; shorter runs ("of the") are too often shared by chance
+
+
 def align_overlap(left: list[int], right: list[int]) -> tuple[int, int] | None:
     """Where to cut two token sequences that overlap (left's end is right's beginning).
 
-    Tries every shift of right against left and keeps the one whose overlapping stretch has the
-    most equal tokens, among stretches that agree on at least two tokens and half their length;
-    both are cut in the middle of that stretch: keep left[:i] + right[j:]. None when no shift
-    qualifies.
+    Finds the longest run of consecutive tokens the two share (a common substring, so a word
+    heard differently elsewhere in the overlap does not matter) and cuts both in its middle:
+    keep left[:i] + right[j:]. None when no run of MIN_SHARED_RUN tokens exists.
     """
-    best, best_key = None, (0, 0.0)
-    n_left, n_right = len(left), len(right)
-    for shift in range(1, n_left + n_right):
-        left_start, left_stop = max(0, n_left - shift), min(n_left, n_left + n_right - shift)
-        right_start, right_stop = max(0, shift - n_left), min(n_right, shift)
-        length = left_stop - left_start
-        matches = sum(a == b for a, b in zip(left[left_start:left_stop], right[right_start:right_stop]))
-        key = (matches, matches / length)
-        if matches >= 2 and 2 * matches >= length and key > best_key:
-            best, best_key = (left_start, left_stop, right_start, right_stop), key
-    if best is None:
+    best_length, best_left_end, best_right_end = 0, 0, 0
+    previous = [0] * (len(right) + 1)
+    for i in range(1, len(left) + 1):
+        current = [0] * (len(right) + 1)
+        for j in range(1, len(right) + 1):
+            if left[i - 1] == right[j - 1]:
+                current[j] = previous[j - 1] + 1
+                if current[j] > best_length:
+                    best_length, best_left_end, best_right_end = current[j], i, j
+        previous = current
+    if best_length < MIN_SHARED_RUN:
         return None
-    left_start, left_stop, right_start, right_stop = best
-    return (left_start + left_stop) // 2, (right_start + right_stop) // 2
+    half = best_length // 2
+    return best_left_end - best_length + half, best_right_end - best_length + half
 
 
 def stitch(windows: list[tuple[float, float, list[Segment]]], text: TextDecoder) -> list[Segment]:

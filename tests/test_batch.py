@@ -1,0 +1,79 @@
+"""Batch jobs: inputs, per-file languages, a corrupt file in the middle, interruption and resume."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import SPEECH, manifest
+from whisper_spec.batch import FAILURES_FILE, SUMMARY_FILE, collect_jobs, run_batch
+from whisper_spec.decoding import DecodingOptions
+from whisper_spec.loader import WhisperPair, decoder_subset
+
+
+def test_inputs_folder_glob_and_manifest():
+    folder = collect_jobs(str(SPEECH / "multilingual"))
+    assert len(folder) == 21 and folder[0].name == "de/picovoice_test_de"
+    pattern = collect_jobs(str(SPEECH / "multilingual" / "*" / "vl*.flac"))
+    assert [j.name for j in pattern] == [f"nl/{j.path.stem}" for j in pattern] and len(pattern) == 5
+    listed = collect_jobs(str(SPEECH / "manifest.jsonl"))
+    assert len(listed) == len(manifest())
+    assert listed[0].name == "librispeech/test-other/1688-142285-0000" and listed[0].language == "en"
+    with pytest.raises(ValueError, match="no audio files match"):
+        collect_jobs(str(SPEECH / "nothing-here-*.wav"))
+
+
+@pytest.fixture(scope="module")
+def pair(base_pair):
+    return WhisperPair(base_pair.main, decoder_subset(base_pair.main, [0, 1, 2, 4, 5]), base_pair.device,
+                       base_pair.dtype)
+
+
+def test_batch_job_resumes_and_records_failures(pair, tmp_path):
+    rows = [r for r in manifest() if r["set"] in ("thorsten_de", "dutch_vl_tts", "mls_polish", "picovoice_multilingual")]
+    rows = rows[:6] + [r for r in manifest() if r["set"] == "librispeech"][:2] + rows[6:12]
+    corrupt = tmp_path / "broken.flac"
+    corrupt.write_bytes(np.random.default_rng(1).bytes(3000))
+    lines = [{"path": str(SPEECH / r["path"]), "language": r["language"]} for r in rows]
+    lines.insert(5, {"path": str(corrupt), "language": "de"})
+    # one Dutch clip declared German: the manifest's language is used, not the detected one
+    lines[0] = {"path": str(SPEECH / "multilingual/nl/vl00203.flac"), "language": "de"}
+    source = tmp_path / "jobs.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    jobs = collect_jobs(str(source))
+    out = tmp_path / "out"
+    formats = ["json", "srt"]
+
+    class Stop(KeyboardInterrupt):
+        pass
+
+    finished = []
+
+    def interrupt_after_four(job, written):
+        finished.append(job)
+        if len(finished) == 4:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run_batch(pair, jobs, out, formats, DecodingOptions(timestamps=True), batch_size=4, progress=False,
+                  on_file=interrupt_after_four)
+    summary = json.loads((out / SUMMARY_FILE).read_text())
+    assert summary["interrupted"] and summary["done"] == 4
+    written = sorted(p.name for p in out.iterdir() if p.suffix in (".json", ".srt") and p.name != SUMMARY_FILE)
+    assert len(written) == 8 and not list(out.glob(".*.tmp"))  # whole files only
+
+    summary = run_batch(pair, jobs, out, formats, DecodingOptions(timestamps=True), batch_size=4, progress=False)
+    assert (summary["skipped"], summary["done"], summary["failed"]) == (4, len(jobs) - 5, 1)
+    assert not summary["interrupted"] and summary["audio_hours"] > 0 and summary["real_time_factor"] > 0
+    assert 0 < summary["acceptance"] <= 1
+    failures = [json.loads(line) for line in (out / FAILURES_FILE).read_text().splitlines()]
+    assert [f["path"] for f in failures] == [str(corrupt)] and "cannot decode audio" in failures[0]["error"]
+    for job, line in zip(jobs, lines):
+        if job.path == corrupt:
+            continue
+        result = json.loads((out / f"{job.name}.json").read_text())
+        assert result["language"] == line["language"]
+        assert result["text"] and (out / f"{job.name}.srt").read_text().startswith("1\n")
+
+    again = run_batch(pair, jobs, out, formats, DecodingOptions(timestamps=True), progress=False)
+    assert (again["skipped"], again["done"], again["failed"]) == (len(jobs) - 1, 0, 1)
