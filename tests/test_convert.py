@@ -50,3 +50,14 @@ def test_unknown_model_is_a_clear_error(tmp_path):
         models.resolve_model("large-v9")
     with pytest.raises(ModelNotFound, match="no config.json"):
         models.resolve_model(str(tmp_path))
+
+
+def test_ctranslate2_directory_is_converted_on_the_fly(monkeypatch, tmp_path):
+    from whisper_spec.loader import load_model
+
+    monkeypatch.setenv("WHISPER_SPEC_CACHE", str(tmp_path))
+    ct2_dir = models._locate(EMBEDDED_MODELS["tiny.en"].ct2_dir).parent
+    assert (ct2_dir / "model.bin").is_file()
+    model = load_model(ct2_dir)
+    assert model.path.parent == tmp_path / "converted"
+    assert model.dims.n_vocab == 51864 and not model.special.multilingual

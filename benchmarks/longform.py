@@ -1,0 +1,85 @@
+"""Long-form speed and WER on the shared long-form set: main-only vs speculative, per batch size.
+
+Runs the chunked pipeline over the shared long-form files (7 LibriSpeech test-other chapters,
+a TED excerpt, the 128 s mp3), main-only and speculative interleaved per batch size, and reports
+real-time factors, speedups, whether the transcripts are identical, and WER of the stitched
+transcripts (Whisper's English normalizer with the spelling table).
+
+    python benchmarks/longform.py --batch-sizes 1,2,4 --output benchmarks/results/longform_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import jiwer
+import torch
+
+from whisper_spec.decoding import DecodingOptions
+from whisper_spec.loader import WhisperPair, decoder_subset, load_pair
+from whisper_spec.transcribe import transcribe
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="base")
+    parser.add_argument("--assistant-layers", default="0,1,2,4,5",
+                        help="decoder layers of the main model kept as an (untrained) assistant")
+    parser.add_argument("--batch-sizes", default="1,2,4")
+    parser.add_argument("--draft-tokens", type=int, default=4)
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args()
+
+    from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
+
+    normalize = EnglishTextNormalizer(json.loads((SHARED / "whisper-english-spelling.json").read_text()))
+    rows = [json.loads(line) for line in (SHARED / "speech" / "manifest.jsonl").read_text().splitlines()]
+    files = [r for r in rows if r["set"] in ("longform", "unlabeled_longform")]
+    paths = [SHARED / "speech" / r["path"] for r in files]
+    pair = load_pair(args.model)
+    layers = [int(i) for i in args.assistant_layers.split(",")]
+    pair = WhisperPair(pair.main, decoder_subset(pair.main, layers), pair.device, pair.dtype)
+    options = DecodingOptions(language="en", draft_tokens=args.draft_tokens)
+    audio_seconds = sum(r["duration_s"] for r in files)
+    list(transcribe(pair, paths[:1], options, use_assistant=False))  # warm-up
+
+    report = {"machine": f"{platform.node()} {platform.machine()} {torch.get_num_threads()} threads",
+              "torch": torch.__version__, "model": args.model,
+              "assistant": f"{args.model} decoder layers {layers} (untrained)", "files": len(paths),
+              "audio_seconds": audio_seconds, "results": []}
+    for batch in [int(b) for b in args.batch_sizes.split(",")]:
+        entry = {"batch_size": batch}
+        texts = {}
+        for name, use in (("main", False), ("speculative", True)):
+            start = time.perf_counter()
+            results = list(transcribe(pair, paths, options, batch_size=batch, use_assistant=use))
+            wall = time.perf_counter() - start
+            texts[name] = [r.text for r in results]
+            stats = [r.stats for r in results]
+            entry[f"{name}_seconds"] = wall
+            entry[f"{name}_real_time_factor"] = wall / audio_seconds
+            if use:
+                drafted = sum(s.drafted for s in stats)
+                entry["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
+            labeled = [(f["text"], t) for f, t in zip(files, texts[name]) if f["text"]]
+            entry[f"{name}_wer"] = jiwer.wer([normalize(a) for a, _ in labeled], [normalize(b) for _, b in labeled])
+        entry["speedup"] = entry["main_seconds"] / entry["speculative_seconds"]
+        entry["identical_fraction"] = sum(a == b for a, b in zip(texts["main"], texts["speculative"])) / len(paths)
+        report["results"].append(entry)
+        print(json.dumps(entry), file=sys.stderr)
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
