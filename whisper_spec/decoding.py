@@ -230,6 +230,38 @@ def encode(pair: WhisperPair, mel: Tensor, assistant_mel: Tensor | None, stats: 
     stats.encoder_seconds += time.perf_counter() - start
 
 
+def accept_greedy(logits: Tensor, drafts: Tensor, eligible: Tensor) -> tuple[Tensor, Tensor]:
+    """Per row: how many drafts equal the main model's argmax in a row, and the main model's
+    token after them. logits: [batch, k + 1, vocab] (processed); drafts, eligible: [batch, k]."""
+    target = logits.argmax(dim=-1)
+    agree = (drafts == target[:, : drafts.shape[1]]) & eligible
+    n_accepted = agree.long().cumprod(dim=1).sum(dim=1)
+    return n_accepted, target.gather(1, n_accepted[:, None])[:, 0]
+
+
+def accept_sampled(p: Tensor, q: Tensor | None, drafts: Tensor, eligible: Tensor, generator) -> tuple[Tensor, Tensor]:
+    """Modified rejection sampling per row: draft i is kept with probability min(1, p/q) while all
+    before it were; the next token comes from norm(max(0, p - q)) at the first rejection, or from p
+    after the last eligible draft. p: [batch, k + 1, vocab] main probabilities; q: [batch, k, vocab]
+    the assistant's (None when k = 0)."""
+    batch, k = drafts.shape
+    rows = torch.arange(batch, device=p.device)
+    n_accepted = torch.zeros(batch, dtype=torch.long, device=p.device)
+    if k:
+        p_draft = p[:, :k].gather(2, drafts[..., None])[..., 0]
+        q_draft = q.gather(2, drafts[..., None])[..., 0]
+        u = torch.rand(batch, k, device=p.device, generator=generator)
+        n_accepted = ((u * q_draft < p_draft) & eligible).long().cumprod(dim=1).sum(dim=1)
+    p_next = p[rows, n_accepted]
+    rejected = n_accepted < eligible.sum(dim=1)
+    if bool(rejected.any()):
+        residual = (p_next - q[rows, n_accepted.clamp(max=k - 1)]).clamp(min=0)
+        mass = residual.sum(dim=-1, keepdim=True)
+        residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p_next)
+        p_next = torch.where(rejected[:, None], residual, p_next)
+    return n_accepted, torch.multinomial(p_next, 1, generator=generator)[:, 0]
+
+
 @torch.inference_mode()
 def decode_windows(
     pair: WhisperPair,
@@ -289,7 +321,7 @@ def decode_windows(
     length = torch.full((batch,), prompt_length, device=device)  # accepted tokens per row, prompt included
     main_cached = torch.zeros_like(length)  # positions below this hold valid main keys and values
     assistant_cached = torch.zeros_like(length)
-    draft_length = torch.full((batch,), max(options.draft_tokens, 0) if assistant else 0, device=device)
+    draft_length = torch.full((batch,), options.draft_tokens if assistant is not None else 0, device=device)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     hit_max = torch.zeros_like(done)
     counts = torch.zeros(batch, 5, dtype=torch.long, device=device)  # drafted, accepted, generated, main and assistant forwards
@@ -330,30 +362,11 @@ def decode_windows(
         eligible = steps[:k] < draft_length[:, None]
 
         if generator is None:
-            target = logits.argmax(dim=-1)
-            agree = (drafts == target[:, :k]) & eligible
-            n_accepted = agree.long().cumprod(dim=1).sum(dim=1)
-            next_token = target.gather(1, n_accepted[:, None])[:, 0]
+            n_accepted, next_token = accept_greedy(logits, drafts, eligible)
         else:
             p = torch.softmax(logits / options.temperature, dim=-1)
-            if k:
-                q = torch.stack(draft_probs, dim=1)
-                p_draft = p[:, :k].gather(2, drafts[..., None])[..., 0]
-                q_draft = q.gather(2, drafts[..., None])[..., 0]
-                u = torch.rand(batch, k, device=device, generator=generator)
-                agree = (u * q_draft < p_draft) & eligible
-                n_accepted = agree.long().cumprod(dim=1).sum(dim=1)
-            else:
-                n_accepted = torch.zeros_like(length)
-            p_next = p[rows, n_accepted]
-            rejected = n_accepted < draft_length
-            if k and bool(rejected.any()):
-                q_next = q[rows, n_accepted.clamp(max=k - 1)]
-                residual = (p_next - q_next).clamp(min=0)
-                mass = residual.sum(dim=-1, keepdim=True)
-                residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p_next)
-                p_next = torch.where(rejected[:, None], residual, p_next)
-            next_token = torch.multinomial(p_next, 1, generator=generator)[:, 0]
+            q = torch.stack(draft_probs, dim=1) if k else None
+            n_accepted, next_token = accept_sampled(p, q, drafts, eligible, generator)
 
         tokens[rows, length + n_accepted] = next_token
         new = n_accepted + 1

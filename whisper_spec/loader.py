@@ -136,6 +136,14 @@ def _block_weights(ckpt: _Checkpoint, hf: str, ours: str, cross: bool) -> dict:
     return sd
 
 
+def _build(module_class, dims: ModelDims, state_dict: dict, dtype: torch.dtype, device: torch.device):
+    """The module built on the meta device, then given the weights: no float copy is made first."""
+    with torch.device("meta"):
+        module = module_class(dims)
+    _load_module(module, state_dict, dtype, device)
+    return module
+
+
 def _load_module(module: torch.nn.Module, state_dict: dict, dtype: torch.dtype, device: torch.device) -> None:
     state_dict = {k: v.to(device=device, dtype=dtype) for k, v in state_dict.items()}
     missing, unexpected = module.load_state_dict(state_dict, strict=False, assign=True)
@@ -156,10 +164,7 @@ def _encoder(ckpt: _Checkpoint, dims: ModelDims, dtype, device) -> Encoder:
     }
     for i in range(dims.n_audio_layer):
         sd.update(_block_weights(ckpt, f"encoder.layers.{i}", f"blocks.{i}", cross=False))
-    with torch.device("meta"):
-        encoder = Encoder(dims)
-    _load_module(encoder, sd, dtype, device)
-    return encoder
+    return _build(Encoder, dims, sd, dtype, device)
 
 
 def _decoder(ckpt: _Checkpoint, dims: ModelDims, dtype, device) -> Decoder:
@@ -171,9 +176,7 @@ def _decoder(ckpt: _Checkpoint, dims: ModelDims, dtype, device) -> Decoder:
     }
     for i in range(dims.n_text_layer):
         sd.update(_block_weights(ckpt, f"decoder.layers.{i}", f"blocks.{i}", cross=True))
-    with torch.device("meta"):
-        decoder = Decoder(dims)
-    _load_module(decoder, sd, dtype, device)
+    decoder = _build(Decoder, dims, sd, dtype, device)
     # Whisper ties the output projection to the embedding; an untied export keeps its own
     if "proj_out.weight" in ckpt.files:
         proj_out = ckpt.get("proj_out.weight", prefixed=False)
