@@ -118,8 +118,7 @@ def load_from_args(args, note):
     elif assistant.lower() == "none":
         assistant = None
     device, dtype = _pick_device(args.device, args.dtype)
-    pair = load_pair(args.model, assistant, assistant_encoder=args.assistant_encoder, dtype=dtype, device=device)
-    return pair
+    return load_pair(args.model, assistant, assistant_encoder=args.assistant_encoder, dtype=dtype, device=device)
 
 
 def _setup(args):
