@@ -7,19 +7,16 @@ for the core issue). Runs A and B interleaved in one process after a warm-up and
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import sys
 from pathlib import Path
 
 import torch
+from _common import SPEECH, machine, manifest_rows, progress, write_report
 
 from whisper_spec.audio import load_audio, log_mel_spectrogram, pad_or_trim
 from whisper_spec.decoding import DecodingOptions, decode_windows
 from whisper_spec.loader import WhisperPair, decoder_subset, load_pair
-
-SPEECH = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
 
 
 def main() -> int:
@@ -34,8 +31,7 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
 
-    rows = [json.loads(l) for l in (SPEECH / "manifest.jsonl").read_text().splitlines()]
-    paths = [SPEECH / r["path"] for r in rows if r["set"] == "librispeech"][: args.clips]
+    paths = [SPEECH / r["path"] for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
     pair = load_pair(args.model, dtype=args.dtype)
     layers = [int(i) for i in args.assistant_layers.split(",")]
     pair = WhisperPair(pair.main, decoder_subset(pair.main, layers), pair.device, pair.dtype)
@@ -44,8 +40,7 @@ def main() -> int:
     options = DecodingOptions(language="en", draft_tokens=args.draft_tokens)
 
     report = {
-        "machine": f"{platform.node()} {platform.machine()} {torch.get_num_threads()} threads",
-        "torch": torch.__version__, "model": args.model, "assistant": f"{args.model} decoder layers {layers} (untrained)",
+        "machine": machine(), "model": args.model, "assistant": f"{args.model} decoder layers {layers} (untrained)",
         "dtype": args.dtype, "clips": len(paths), "draft_tokens": args.draft_tokens, "results": [],
     }
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
@@ -76,12 +71,8 @@ def main() -> int:
             "encoder_seconds_per_window": statistics.median(encoder),
             "identical_fraction": identical / len(paths),
         })
-        print(json.dumps(report["results"][-1]), file=sys.stderr)
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
-    return 0
+        progress(report["results"][-1])
+    return write_report(report, args.output)
 
 
 if __name__ == "__main__":

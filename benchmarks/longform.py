@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
 
 import jiwer
-import torch
+from _common import SHARED, SPEECH, machine, manifest_rows, progress, write_report
 
 from whisper_spec.decoding import DecodingOptions
 from whisper_spec.loader import WhisperPair, decoder_subset, load_pair
 from whisper_spec.transcribe import transcribe
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def main() -> int:
@@ -40,9 +37,8 @@ def main() -> int:
     from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
 
     normalize = EnglishTextNormalizer(json.loads((SHARED / "whisper-english-spelling.json").read_text()))
-    rows = [json.loads(line) for line in (SHARED / "speech" / "manifest.jsonl").read_text().splitlines()]
-    files = [r for r in rows if r["set"] in ("longform", "unlabeled_longform")]
-    paths = [SHARED / "speech" / r["path"] for r in files]
+    files = [r for r in manifest_rows() if r["set"] in ("longform", "unlabeled_longform")]
+    paths = [SPEECH / r["path"] for r in files]
     pair = load_pair(args.model)
     layers = [int(i) for i in args.assistant_layers.split(",")]
     pair = WhisperPair(pair.main, decoder_subset(pair.main, layers), pair.device, pair.dtype)
@@ -50,8 +46,7 @@ def main() -> int:
     audio_seconds = sum(r["duration_s"] for r in files)
     list(transcribe(pair, paths[:1], options, use_assistant=False))  # warm-up
 
-    report = {"machine": f"{platform.node()} {platform.machine()} {torch.get_num_threads()} threads",
-              "torch": torch.__version__, "model": args.model,
+    report = {"machine": machine(), "model": args.model,
               "assistant": f"{args.model} decoder layers {layers} (untrained)", "files": len(paths),
               "audio_seconds": audio_seconds, "results": []}
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
@@ -73,12 +68,8 @@ def main() -> int:
         entry["speedup"] = entry["main_seconds"] / entry["speculative_seconds"]
         entry["identical_fraction"] = sum(a == b for a, b in zip(texts["main"], texts["speculative"])) / len(paths)
         report["results"].append(entry)
-        print(json.dumps(entry), file=sys.stderr)
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
-    return 0
+        progress(entry)
+    return write_report(report, args.output)
 
 
 if __name__ == "__main__":
