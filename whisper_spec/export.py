@@ -16,6 +16,7 @@ from safetensors.torch import save_file
 from .loader import BLOCK_NAMES, CROSS_NAMES, WhisperModel
 from .model import Decoder, Encoder
 
+
 def _unfuse(weight: torch.Tensor, bias: torch.Tensor, letters: str, hf: str, out: dict) -> None:
     for letter, w, b in zip(letters, weight.chunk(len(letters)), bias.chunk(len(letters))):
         out[f"{hf}.{letter}_proj.weight"] = w
@@ -71,13 +72,12 @@ def save_model(model: WhisperModel, output_dir: str | Path, *, decoder_only: boo
     tensors = decoder_state_dict(model.decoder)
     if not decoder_only:
         tensors.update(encoder_state_dict(model.encoder))
-    seen: dict[int, str] = {}
+    seen: set[int] = set()
     for name, tensor in list(tensors.items()):
         tensor = tensor.detach().to(device="cpu", dtype=dtype or tensor.dtype)
         # safetensors refuses shared storage: the tied projection is written as its own copy
-        key = tensor.data_ptr()
-        tensors[name] = tensor.clone().contiguous() if key in seen else tensor.contiguous()
-        seen[key] = name
+        tensors[name] = tensor.clone().contiguous() if tensor.data_ptr() in seen else tensor.contiguous()
+        seen.add(tensor.data_ptr())
     save_file(tensors, str(output_dir / "model.safetensors"), metadata={"format": "pt"})
 
     config = json.loads((model.path / "config.json").read_text())
