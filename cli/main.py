@@ -1,4 +1,4 @@
-"""`whisper-spec`: transcribe with speculative decoding, and manage the embedded models."""
+"""`whisper-spec`: transcribe with speculative decoding, distil assistants, manage the embedded models."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 
 PROG = "whisper-spec"
-# the default assistant per embedded main model; absent: no distilled assistant exists yet
-DEFAULT_ASSISTANTS: dict[str, str] = {}
 
 
 def _error(message: str) -> None:
@@ -31,7 +29,10 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                             "auto: shared for decoder-only checkpoints (default: %(default)s)")
     group.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     group.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
-                       help="weight and activation dtype (default: float16 on cuda, float32 on cpu)")
+                       help="weight and activation dtype (default: float16 on cuda, float32 on cpu; "
+                            "bfloat16 on cpu with --int8)")
+    group.add_argument("--int8", action="store_true",
+                       help="int8 weight-only decoder linears for main model and assistant (the encoder stays float)")
 
 
 def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
@@ -89,6 +90,83 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decoding_options(batch)
     _add_output_options(batch, output_dir_required=True)
 
+    distill = sub.add_parser(
+        "distill", help="train a small assistant decoder for a main model",
+        description="Distil an assistant decoder from the main model on unlabeled audio: it shares the main "
+                    "encoder, starts from a few main decoder layers and learns the main model's pseudo-labels "
+                    "(with and without timestamps) and token distributions. Encoder outputs and pseudo-labels "
+                    "are cached, so a second run with other options starts training at once.")
+    distill.add_argument("--main", "-m", default=None, help="main model (default: base)")
+    distill.add_argument("--audio", required=True, metavar="INPUT",
+                         help="training audio: folder, glob or JSON-lines manifest, as for batch")
+    distill.add_argument("--output", "-o", type=Path, required=True, help="assistant directory to write")
+    train = distill.add_argument_group("training")
+    train.add_argument("--layers", type=int, default=2, help="assistant decoder layers (default: %(default)s)")
+    train.add_argument("--init-layers", default=None,
+                       help="comma-separated main layers to start from (default: spread, first and last kept)")
+    train.add_argument("--draft-vocab", type=int, default=8192,
+                       help="tokens the assistant can draft, timestamps included (default: %(default)s)")
+    train.add_argument("--steps", type=int, default=1500, help="optimizer steps (default: %(default)s)")
+    train.add_argument("--batch-size", "-b", type=int, default=16, help="sequences per step (default: %(default)s)")
+    train.add_argument("--learning-rate", "--lr", type=float, default=3e-4, help="peak AdamW rate (default: %(default)s)")
+    train.add_argument("--warmup-steps", type=int, default=50)
+    train.add_argument("--held-out", type=float, default=0.1,
+                       help="fraction of files kept out for held-out acceptance (default: %(default)s)")
+    train.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    train.add_argument("--cache-dir", type=Path, default=None,
+                       help="teacher cache (default: per main model under the whisper-spec cache)")
+    train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt")
+    train.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+
+    export = sub.add_parser(
+        "export", help="write an assistant as a standard WhisperForCausalLM directory",
+        description="Write a distilled assistant (with the weights it shares with its main model) as a Hugging "
+                    "Face WhisperForCausalLM directory, usable as transformers' assistant_model.")
+    export.add_argument("assistant", metavar="ASSISTANT", help="distilled assistant directory")
+    export.add_argument("--main", "-m", default=None, help="its main model (default: base)")
+    export.add_argument("--output", "-o", type=Path, required=True)
+    export.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float16")
+
+    bench = sub.add_parser(
+        "bench", help="WER and time: main-only vs speculative (and peers), with an exactness check",
+        description="Benchmark main-only against speculative decoding on one set of utterances, at each batch size "
+                    "(optionally int8), next to transformers' generate and faster-whisper where installed. Writes "
+                    "DIR/report.json, DIR/report.md and PNG plots; exits 1 if any greedy speculative output differs "
+                    "from the main-only output.")
+    bench.add_argument("source", metavar="SOURCE",
+                       help="JSON-lines manifest (path, text, language), audio folder or glob, or a Hugging Face "
+                            "dataset id (with --config and --split)")
+    data = bench.add_argument_group("data")
+    data.add_argument("--config", default=None, help="dataset config, e.g. clean or nl")
+    data.add_argument("--split", default="test", help="dataset split (default: %(default)s)")
+    data.add_argument("--set", dest="sets", default=None, help="manifest sets to keep, comma-separated")
+    data.add_argument("--limit", type=int, default=None, help="first N utterances only")
+    data.add_argument("--language", "-l", default=None, help="language of every utterance (default: given or detected)")
+    _add_model_options(bench)
+    runs = bench.add_argument_group("configurations")
+    runs.add_argument("--batch-sizes", default="1,4", help="comma-separated (default: %(default)s)")
+    runs.add_argument("--draft-tokens", "-k", type=int, default=5)
+    runs.add_argument("--repeats", type=int, default=3, help="timed repeats, median reported (default: %(default)s)")
+    runs.add_argument("--peers", default="transformers,faster-whisper",
+                      help="comma-separated peers to run where installed, or none (default: %(default)s)")
+    runs.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
+    bench.add_argument("--output-dir", "-o", type=Path, default=Path("bench-results"),
+                       help="where the report and plots go (default: %(default)s)")
+    bench.add_argument("--quiet", "-q", action="store_true")
+
+    quantize = sub.add_parser(
+        "quantize", help="write a pre-quantized int8 copy of a model or a distilled assistant",
+        description="Write MODEL (embedded name, model directory, hub id) or a distilled assistant directory with "
+                    "int8 weight-only decoder linears (per output channel, symmetric, float32 scales); the encoder "
+                    "and other float tensors are kept in --dtype. Loading the result never builds float decoder "
+                    "weights. Use it as --model or --assistant; --int8 is then implied for it.")
+    quantize.add_argument("model", metavar="MODEL")
+    quantize.add_argument("--output", "-o", type=Path, required=True)
+    quantize.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float16",
+                          help="dtype of the tensors that stay float (default: %(default)s)")
+
     models = sub.add_parser("models", help="list the embedded models and prepare them",
                             description="List the embedded models; --prepare converts them into the cache.")
     models.add_argument("--prepare", nargs="*", metavar="NAME", default=None,
@@ -97,28 +175,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _pick_device(device: str | None, dtype: str | None) -> tuple[str, str]:
+def _pick_device(device: str | None, dtype: str | None, int8: bool = False) -> tuple[str, str]:
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = dtype or ("float16" if device.startswith("cuda") else "float32")
+    # the CPU int8 kernel is fast with bfloat16 activations, slow with float32 ones
+    dtype = dtype or ("float16" if device.startswith("cuda") else ("bfloat16" if int8 else "float32"))
     return device, dtype
 
 
 def load_from_args(args, note):
     """The model pair the options name."""
     from whisper_spec.loader import load_pair
+    from whisper_spec.models import default_assistant
 
     assistant = args.assistant
     if assistant is None:
-        assistant = DEFAULT_ASSISTANTS.get(args.model)
+        assistant = default_assistant(args.model)
         if assistant is None:
             note(f"no distilled assistant for {args.model} yet: decoding with the main model alone "
                  "(use --assistant MODEL for speculative decoding)")
     elif assistant.lower() == "none":
         assistant = None
-    device, dtype = _pick_device(args.device, args.dtype)
-    return load_pair(args.model, assistant, assistant_encoder=args.assistant_encoder, dtype=dtype, device=device)
+    device, dtype = _pick_device(args.device, args.dtype, args.int8)
+    pair = load_pair(args.model, assistant, assistant_encoder=args.assistant_encoder, dtype=dtype, device=device,
+                     int8=args.int8)
+    if pair.int8_kernel is not None:
+        note(f"int8 decoder linears, kernel: {pair.int8_kernel}")
+    return pair
 
 
 def _setup(args):
@@ -199,8 +283,108 @@ def cmd_batch(args) -> int:
     return 1 if summary["failed"] else 0
 
 
+def cmd_distill(args) -> int:
+    import shlex
+
+    import torch
+
+    from whisper_spec.distill import DistillOptions, distill
+    from whisper_spec.loader import load_pair
+    from whisper_spec.models import DEFAULT_MODEL
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        init_layers = tuple(int(i) for i in args.init_layers.split(",")) if args.init_layers else None
+        options = DistillOptions(
+            layers=len(init_layers) if init_layers else args.layers, init_layers=init_layers,
+            draft_vocab=args.draft_vocab, steps=args.steps, batch_size=args.batch_size,
+            learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, held_out=args.held_out,
+            eval_every=args.eval_every, seed=args.seed,
+        )
+        device, _ = _pick_device(args.device, "float32")
+        main_pair = load_pair(args.main or DEFAULT_MODEL, dtype="float32", device=device)
+        command = shlex.join([PROG, *sys.argv[1:]])
+        summary = distill(main_pair, args.audio, args.output, options, cache=args.cache_dir,
+                          resume=args.resume, command=command)
+    except (ValueError, FileNotFoundError) as error:
+        _error(str(error))
+        return 2
+    acceptance = summary["held_out_acceptance"]
+    print(f"wrote {args.output}: {summary['training_data']['windows']} windows, "
+          f"labels {summary['label_seconds']:.0f} s, training {summary['train_seconds']:.0f} s"
+          + (f", held-out acceptance {acceptance:.3f}" if acceptance is not None else ""), file=sys.stderr)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from whisper_spec.export import save_model
+    from whisper_spec.loader import as_dtype, is_distilled_assistant, load_pair
+    from whisper_spec.models import DEFAULT_MODEL
+
+    if not is_distilled_assistant(Path(args.assistant)):
+        _error(f"{args.assistant}: not a distilled assistant directory (no assistant.json)")
+        return 2
+    try:
+        pair = load_pair(args.main or DEFAULT_MODEL, args.assistant)
+    except (ValueError, FileNotFoundError) as error:
+        _error(str(error))
+        return 2
+    path = save_model(pair.assistant, args.output, decoder_only=True, dtype=as_dtype(args.dtype))
+    print(f"wrote {path} (WhisperForCausalLM, {pair.assistant.dims.n_text_layer} layers)", file=sys.stderr)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from whisper_spec.bench import BenchOptions, load_utterances, markdown_table, run_bench, write_outputs
+    from whisper_spec.loader import load_pair
+
+    note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
+    try:
+        batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
+        peers = () if args.peers == "none" else tuple(p for p in args.peers.split(",") if p)
+        options = BenchOptions(batch_sizes=batch_sizes, int8=args.int8, peers=peers, repeats=args.repeats,
+                               draft_tokens=args.draft_tokens, task=args.task)
+        sets = args.sets.split(",") if args.sets else None
+        utterances = load_utterances(args.source, config=args.config, split=args.split, sets=sets, limit=args.limit,
+                                     language=args.language)
+        if not utterances:
+            raise ValueError(f"{args.source}: no utterances")
+        args.int8 = False  # the float pair; int8 configurations get their own
+        pair = load_from_args(args, note)
+        int8_pair = None
+        if options.int8:
+            _, int8_dtype = _pick_device(str(pair.device), args.dtype, int8=True)
+            int8_pair = load_pair(args.model, pair.assistant.name if pair.assistant else None, dtype=int8_dtype,
+                                  device=pair.device, int8=True, assistant_encoder=args.assistant_encoder)
+    except (ValueError, FileNotFoundError) as error:
+        _error(str(error))
+        return 2
+    data = {"source": args.source, "config": args.config, "split": args.split, "sets": sets, "limit": args.limit}
+    report = run_bench(pair, utterances, options, model=args.model, int8_pair=int8_pair, data=data,
+                       progress=not args.quiet)
+    for path in write_outputs(report, args.output_dir):
+        note(f"wrote {path}")
+    print(markdown_table(report))
+    return 0 if report["check"]["passed"] else 1
+
+
+def cmd_quantize(args) -> int:
+    from whisper_spec.export import save_int8
+    from whisper_spec.loader import as_dtype
+
+    try:
+        path = save_int8(args.model, args.output, dtype=as_dtype(args.dtype))
+    except (ValueError, FileNotFoundError) as error:
+        _error(str(error))
+        return 2
+    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    print(f"wrote {path} ({size / 2**20:.1f} MiB)", file=sys.stderr)
+    return 0
+
+
 def cmd_models(args) -> int:
-    from whisper_spec.models import EMBEDDED_MODELS, ModelNotFound, list_models, prepare_embedded
+    from whisper_spec.models import EMBEDDED_MODELS, ModelNotFound, default_assistant, list_models, prepare_embedded
 
     if args.prepare is not None:
         for name in args.prepare or list(EMBEDDED_MODELS):
@@ -214,13 +398,14 @@ def cmd_models(args) -> int:
                 return 1
     rows = list_models()
     for row in rows:
-        row["default_assistant"] = DEFAULT_ASSISTANTS.get(row["name"])
+        shipped = default_assistant(row["name"])
+        row["default_assistant"] = str(shipped) if shipped else None
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     for row in rows:
         state = "prepared" if row["prepared"] else ("installed" if row["installed"] else "missing")
-        assistant = row["default_assistant"] or "none yet"
+        assistant = "distilled" if row["default_assistant"] else "none"
         print(f"{row['name']:<8} {state:<9} assistant: {assistant:<10} {row['description']}")
         if row["prepared"]:
             print(f"{'':<8} {row['path']}")
@@ -230,7 +415,9 @@ def cmd_models(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"transcribe": cmd_transcribe, "batch": cmd_batch, "models": cmd_models}[args.command](args)
+        commands = {"transcribe": cmd_transcribe, "batch": cmd_batch, "distill": cmd_distill, "export": cmd_export,
+                    "bench": cmd_bench, "quantize": cmd_quantize, "models": cmd_models}
+        return commands[args.command](args)
     except KeyboardInterrupt:
         _error("interrupted")
         return 130

@@ -222,7 +222,7 @@ def encode(pair: WhisperPair, mel: Tensor, assistant_mel: Tensor | None, stats: 
         pair.main.decoder.set_cross(states)
         if pair.assistant is not None:
             if pair.shares_encoder:
-                pair.assistant.decoder.set_cross(states)
+                pair.assistant.decoder.set_cross(states, main=pair.main.decoder)
             else:
                 own_mel = mel if assistant_mel is None else assistant_mel
                 pair.assistant.decoder.set_cross(pair.assistant.encoder(own_mel.to(pair.device)))
@@ -278,12 +278,27 @@ def decode_windows(
     features where it has its own encoder with other mel settings. languages: per row, overriding
     options.language (None: detect). use_assistant=False decodes with the main model alone.
     """
+    stats = DecodingStats(windows=mel.shape[0])
+    encode(pair, mel, assistant_mel, stats)
+    return decode_encoded(pair, mel.shape[0], options, languages=languages, use_assistant=use_assistant, stats=stats)
+
+
+@torch.inference_mode()
+def decode_encoded(
+    pair: WhisperPair,
+    batch: int,
+    options: DecodingOptions = DecodingOptions(),
+    *,
+    languages: list[str | None] | None = None,
+    use_assistant: bool = True,
+    stats: DecodingStats | None = None,
+) -> tuple[list[WindowResult], DecodingStats]:
+    """decode_windows after `encode`: the decoders' cross-attention already holds the batch."""
     main = pair.main
     assistant = pair.assistant if use_assistant else None
     special = main.special
-    batch = mel.shape[0]
     device = pair.device
-    stats = DecodingStats(windows=batch)
+    stats = stats or DecodingStats(windows=batch)
     languages = list(languages) if languages is not None else [options.language] * batch
     if len(languages) != batch:
         raise ValueError(f"{len(languages)} languages for {batch} windows")
@@ -296,7 +311,6 @@ def decode_windows(
     _ensure_cache(main, batch, n_ctx)
     if assistant is not None:
         _ensure_cache(assistant, batch, n_ctx)
-    encode(pair, mel, assistant_mel, stats)
 
     _sync(device)
     start_time = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Our models -> Hugging Face directories (the inverse of the loader's key mapping).
+"""Our models -> Hugging Face directories (the inverse of the loader's key mapping), and int8 copies.
 
 A decoder-only export is a standard `WhisperForCausalLM` checkpoint, the form distil-whisper
 assistants take, so other tools (transformers' assisted generation) can use it too.
@@ -11,9 +11,19 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
-from .loader import BLOCK_NAMES, CROSS_NAMES, WhisperModel
+from .loader import (
+    ASSISTANT_CONFIG,
+    BLOCK_NAMES,
+    CROSS_NAMES,
+    WhisperModel,
+    decoder_state,
+    is_distilled_assistant,
+    load_model,
+    output_weight,
+)
+from .quantize import BLOCK_LINEARS, INT8_FORMAT, QUANTIZATION_CONFIG, quantize_decoder_state
 from .model import Decoder, Encoder
 
 
@@ -44,7 +54,7 @@ def decoder_state_dict(decoder: Decoder) -> dict[str, torch.Tensor]:
         "model.decoder.layer_norm.bias": decoder.ln.bias,
     }
     _blocks(decoder.blocks, "model.decoder", True, out)
-    out["proj_out.weight"] = decoder.proj_out.weight if decoder.proj_out is not None else decoder.token_embedding.weight
+    out["proj_out.weight"] = output_weight(decoder)  # the full vocabulary, also for a draft-vocabulary assistant
     return out
 
 
@@ -88,8 +98,50 @@ def save_model(model: WhisperModel, output_dir: str | Path, *, decoder_only: boo
         config["architectures"] = ["WhisperForCausalLM"]
         config["is_encoder_decoder"] = False
     (output_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    _copy_model_files(model.path, output_dir)
+    return output_dir
+
+
+def _copy_model_files(source: Path, output_dir: Path) -> None:
     for name in ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "preprocessor_config.json",
                  "normalizer.json", "vocab.json", "merges.txt", "added_tokens.json", "special_tokens_map.json"):
-        if (model.path / name).is_file():
-            shutil.copyfile(model.path / name, output_dir / name)
+        if (source / name).is_file():
+            shutil.copyfile(source / name, output_dir / name)
+
+
+def _int8_tensors(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """int8 weights as they are, scales in float32, the other float tensors in dtype."""
+    def stored(name: str, t: torch.Tensor) -> torch.Tensor:
+        t = t.detach().cpu()
+        if t.is_floating_point():
+            t = t.float() if name.endswith(".scales") else t.to(dtype)
+        return t.contiguous()
+
+    return {name: stored(name, t) for name, t in state.items()}
+
+
+def save_int8(spec: str | Path, output_dir: str | Path, *, dtype: torch.dtype = torch.float16) -> Path:
+    """A pre-quantized copy of a model or a distilled assistant: decoder linears int8 with float32
+    scales, everything else (the encoder included) in dtype. Loading it never builds float decoder
+    weights."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    info = {"format": INT8_FORMAT, "scheme": "int8 weight-only, symmetric, per output channel, float32 scales",
+            "quantized": ["decoder " + name for name in BLOCK_LINEARS] + ["token embedding / output projection"]}
+    if is_distilled_assistant(Path(spec)):
+        state = load_file(Path(spec) / "model.safetensors")
+        draft_vocab = state.pop("draft_vocab")
+        tensors = _int8_tensors(quantize_decoder_state(state), dtype)
+        save_file({**tensors, "draft_vocab": draft_vocab}, str(output_dir / "model.safetensors"))
+        config = json.loads((Path(spec) / ASSISTANT_CONFIG).read_text())
+        (output_dir / ASSISTANT_CONFIG).write_text(json.dumps({**config, "int8": info}, indent=2) + "\n")
+        return output_dir
+    model = load_model(spec, int8=True)
+    tensors = {f"decoder.{k}": v for k, v in decoder_state(model.decoder).items()}
+    if model.encoder is not None:
+        tensors.update({f"encoder.{k}": v for k, v in model.encoder.state_dict().items()})
+    save_file(_int8_tensors(tensors, dtype), str(output_dir / "model.safetensors"), metadata={"format": "pt"})
+    shutil.copyfile(model.path / "config.json", output_dir / "config.json")
+    _copy_model_files(model.path, output_dir)
+    (output_dir / QUANTIZATION_CONFIG).write_text(json.dumps(info, indent=2) + "\n")
     return output_dir

@@ -13,9 +13,18 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
+from safetensors.torch import load_file
 
-from .model import Decoder, Encoder, Linear, ModelDims
+from .model import Decoder, DraftVocabProjection, Encoder, Linear, ModelDims
 from .models import resolve_model
+from .quantize import (
+    QUANTIZATION_CONFIG,
+    Int8Embedding,
+    Int8Linear,
+    int8_modules,
+    kernel_for,
+    quantize_decoder_state,
+)
 from .tokenizer import SpecialTokens, TextDecoder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -54,6 +63,13 @@ class WhisperPair:
     @property
     def shares_encoder(self) -> bool:
         return self.assistant is not None and self.assistant.encoder is None
+
+    @property
+    def int8_kernel(self) -> str | None:
+        """The int8 matmul the decoders use ('int8pack_mm', 'compiled', 'dequantize'), None if float."""
+        if not isinstance(self.main.decoder.proj_out, Int8Linear):
+            return None
+        return kernel_for(self.device.type, self.dtype)
 
 
 def read_dims(config: dict) -> ModelDims:
@@ -145,8 +161,9 @@ def _build(module_class, dims: ModelDims, state_dict: dict, dtype: torch.dtype, 
 
 
 def _load_module(module: torch.nn.Module, state_dict: dict, dtype: torch.dtype, device: torch.device) -> None:
-    state_dict = {k: v.to(device=device, dtype=dtype) for k, v in state_dict.items()}
+    state_dict = {k: v.to(device=device, dtype=dtype if v.is_floating_point() else None) for k, v in state_dict.items()}
     missing, unexpected = module.load_state_dict(state_dict, strict=False, assign=True)
+    module.requires_grad_(False)  # loaded models are for inference; distillation builds its own student
     missing = [m for m in missing if "kv_cache" not in m]
     if missing or unexpected:
         raise ValueError(f"weights do not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
@@ -167,7 +184,7 @@ def _encoder(ckpt: _Checkpoint, dims: ModelDims, dtype, device) -> Encoder:
     return _build(Encoder, dims, sd, dtype, device)
 
 
-def _decoder(ckpt: _Checkpoint, dims: ModelDims, dtype, device) -> Decoder:
+def _decoder(ckpt: _Checkpoint, dims: ModelDims, dtype, device, int8: bool) -> Decoder:
     sd = {
         "token_embedding.weight": ckpt.get("decoder.embed_tokens.weight"),
         "positional_embedding": ckpt.get("decoder.embed_positions.weight"),
@@ -176,28 +193,122 @@ def _decoder(ckpt: _Checkpoint, dims: ModelDims, dtype, device) -> Decoder:
     }
     for i in range(dims.n_text_layer):
         sd.update(_block_weights(ckpt, f"decoder.layers.{i}", f"blocks.{i}", cross=True))
-    decoder = _build(Decoder, dims, sd, dtype, device)
     # Whisper ties the output projection to the embedding; an untied export keeps its own
     if "proj_out.weight" in ckpt.files:
         proj_out = ckpt.get("proj_out.weight", prefixed=False)
         if not torch.equal(proj_out, sd["token_embedding.weight"]):
-            decoder.proj_out = Linear(dims.d_model, dims.n_vocab, bias=False, device="meta")
-            _load_module(decoder.proj_out, {"weight": proj_out}, dtype, device)
+            sd["proj_out.weight"] = proj_out
+    return build_decoder(dims, quantize_decoder_state(sd) if int8 else sd, dtype, device)
+
+
+def build_decoder(dims: ModelDims, state: dict, dtype, device) -> Decoder:
+    """A decoder from its state dict, built on the meta device. int8 weights (with `.scales`) get
+    int8 modules, so their float form is never allocated on the device."""
+    with torch.device("meta"):
+        decoder = Decoder(dims)
+        if "proj_out.weight" in state:
+            decoder.proj_out = Linear(dims.d_model, dims.n_vocab, bias=False)
+    int8_modules(decoder, state)
+    _load_module(decoder, state, dtype, device)
+    if isinstance(decoder.token_embedding, Int8Embedding) and decoder.proj_out is None:
+        decoder.proj_out = decoder.token_embedding.as_projection()
     return decoder
 
 
-def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", device="cpu") -> WhisperModel:
-    """One Whisper model; with_encoder=False reads the decoder only."""
+def decoder_state(decoder: Decoder) -> dict[str, torch.Tensor]:
+    """The decoder's weights under our names, a tied projection not repeated."""
+    state = decoder.state_dict()
+    if isinstance(decoder.token_embedding, Int8Embedding) and decoder.proj_out.weight is decoder.token_embedding.weight:
+        state = {k: v for k, v in state.items() if not k.startswith("proj_out.")}
+    return state
+
+
+def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", device="cpu",
+               int8: bool = False) -> WhisperModel:
+    """One Whisper model; with_encoder=False reads the decoder only. int8: decoder linears in
+    int8 (always so for a directory written by `whisper-spec quantize`); the encoder stays float."""
     dtype = as_dtype(dtype)
     device = torch.device(device)
     path = resolve_model(str(spec))
     config = json.loads((path / "config.json").read_text())
     dims = read_dims(config)
-    ckpt = _Checkpoint(path)
     special = SpecialTokens.from_model_dir(path)
-    encoder = _encoder(ckpt, dims, dtype, device) if with_encoder else None
-    decoder = _decoder(ckpt, dims, dtype, device)
+    if (path / QUANTIZATION_CONFIG).is_file():
+        state = load_file(path / "model.safetensors")
+        part = {name: {k.removeprefix(name + "."): v for k, v in state.items() if k.startswith(name + ".")}
+                for name in ("encoder", "decoder")}
+        encoder = _build(Encoder, dims, part["encoder"], dtype, device) if with_encoder else None
+        decoder = build_decoder(dims, part["decoder"], dtype, device)
+    else:
+        ckpt = _Checkpoint(path)
+        encoder = _encoder(ckpt, dims, dtype, device) if with_encoder else None
+        decoder = _decoder(ckpt, dims, dtype, device, int8)
     return WhisperModel(str(spec), path, dims, special, TextDecoder(path, special), decoder, encoder)
+
+
+ASSISTANT_CONFIG = "assistant.json"  # marks a distilled assistant directory (see distill.py)
+ASSISTANT_FORMAT = "whisper-spec-assistant/1"
+
+
+def is_distilled_assistant(path: Path) -> bool:
+    return (Path(path) / ASSISTANT_CONFIG).is_file()
+
+
+def output_weight(decoder: Decoder) -> torch.Tensor:
+    """The weight the decoder's logits come from: its own projection or the tied embedding."""
+    return decoder.proj_out.weight if isinstance(decoder.proj_out, Linear) else decoder.token_embedding.weight
+
+
+def load_distilled(path: Path, main: WhisperModel, dtype, device, int8: bool = False) -> WhisperModel:
+    """A distilled assistant: its own layers from disk, everything it shares from the main model.
+
+    Shared as the main model's own modules, never stored: the token embedding (and with it the
+    draft vocabulary's projection rows) and the cross-attention key/value projections of the main
+    layers it was initialised from, whose cross keys and values the main decoder already computes.
+    """
+    path = Path(path)
+    config = json.loads((path / ASSISTANT_CONFIG).read_text())
+    name = f"assistant {path} cannot draft for {main.name}"
+    if config.get("format") != ASSISTANT_FORMAT:
+        raise IncompatiblePair(f"{name}: unknown assistant format {config.get('format')!r}")
+    theirs = config["main_fingerprint"]
+    for key, value in main.special.fingerprint().items():
+        if json.loads(json.dumps(value)) != theirs.get(key):
+            raise IncompatiblePair(f"{name}: it was distilled for other special tokens ({key} differs)")
+    if config["main_dims"] != json.loads(json.dumps(main.dims.__dict__)):
+        raise IncompatiblePair(f"{name}: it was distilled for a model of other dimensions ({config['main_dims']})")
+    sources = config["layers_from_main"]
+    dims = replace(main.dims, n_text_layer=len(sources))
+    state = load_file(path / "model.safetensors")
+    draft_vocab = state.pop("draft_vocab").long().to(device)
+    if int8 and not any(k.endswith(".scales") for k in state):
+        state = quantize_decoder_state(state)
+    with torch.device("meta"):
+        decoder = Decoder(dims)
+    int8_modules(decoder, state)
+    state = {k: v.to(device=device, dtype=dtype if v.is_floating_point() else None) for k, v in state.items()}
+    decoder.load_state_dict(state, strict=False, assign=True)
+    decoder.requires_grad_(False)
+    decoder.token_embedding = main.decoder.token_embedding
+    for block, source in zip(decoder.blocks, sources):
+        block.cross_attn.kv = main.decoder.blocks[source].cross_attn.kv
+    decoder.cross_source = list(sources)
+    decoder.proj_out = DraftVocabProjection(output_rows(main.decoder, draft_vocab), draft_vocab, dims.n_vocab)
+    left = [n for n, t in decoder.state_dict().items() if t.is_meta]
+    if left:
+        raise ValueError(f"{path}: weights missing from model.safetensors: {left[:5]}")
+    # its configuration and tokenizer files are the main model's
+    return WhisperModel(str(path), main.path, dims, main.special, main.text, decoder, None)
+
+
+def output_rows(decoder: Decoder, token_ids: torch.Tensor) -> torch.nn.Module:
+    """A projection onto some tokens only: those rows of the decoder's output projection."""
+    if isinstance(decoder.proj_out, Int8Linear):
+        return decoder.proj_out.rows(token_ids)
+    weight = output_weight(decoder)
+    rows = Linear(weight.shape[1], len(token_ids), bias=False, device="meta")
+    rows.weight = torch.nn.Parameter(weight[token_ids], requires_grad=False)
+    return rows
 
 
 def _is_decoder_only(path: Path) -> bool:
@@ -238,12 +349,13 @@ def load_pair(
     assistant_encoder: str = "auto",
     dtype: str | torch.dtype = "float32",
     device: str | torch.device = "cpu",
+    int8: bool = False,
 ) -> WhisperPair:
     """Load a main model and an optional assistant.
 
     assistant_encoder: "shared" (cross-attend to the main encoder; the assistant's encoder is never
     read), "own" (run the assistant's encoder on its own features), or "auto" (shared for
-    decoder-only checkpoints, own otherwise).
+    decoder-only checkpoints, own otherwise). int8: both decoders' linears in int8 (see quantize.py).
     """
     if assistant_encoder not in ("auto", "shared", "own"):
         raise ValueError(f"assistant_encoder must be auto, shared or own, not {assistant_encoder!r}")
@@ -251,15 +363,17 @@ def load_pair(
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda asked for, but torch sees no CUDA device")
-    main_model = load_model(main, dtype=dtype, device=device)
+    main_model = load_model(main, dtype=dtype, device=device, int8=int8)
     assistant_model = None
-    if assistant is not None:
+    if assistant is not None and is_distilled_assistant(Path(assistant)):
+        assistant_model = load_distilled(Path(assistant), main_model, dtype, device, int8)
+    elif assistant is not None:
         path = resolve_model(str(assistant))
         decoder_only = _is_decoder_only(path)
         if assistant_encoder == "own" and decoder_only:
             raise IncompatiblePair(f"assistant {assistant}: has no encoder weights; use assistant_encoder='shared'")
         share = assistant_encoder == "shared" or (assistant_encoder == "auto" and decoder_only)
-        assistant_model = load_model(path, with_encoder=not share, dtype=dtype, device=device)
+        assistant_model = load_model(path, with_encoder=not share, dtype=dtype, device=device, int8=int8)
         assistant_model.name = str(assistant)
         check_pair(main_model, assistant_model)
     return WhisperPair(main_model, assistant_model, device, dtype)
@@ -282,5 +396,6 @@ def decoder_subset(model: WhisperModel, layers: list[int], name: str | None = No
         decoder = Decoder(dims)
     decoder.load_state_dict(state, assign=True)
     decoder.proj_out = model.decoder.proj_out
+    decoder.cross_source = list(layers)
     label = name or f"{model.name}[decoder layers {','.join(map(str, layers))}]"
     return WhisperModel(label, model.path, dims, model.special, model.text, decoder, None)

@@ -147,9 +147,11 @@ class DecoderAttention(nn.Module):
             attn = F.scaled_dot_product_attention(q, k, v)
         else:
             q, k, v = (_split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
-            self.kv_cache.write(positions, k, v)
-            k = self.kv_cache.k[:, :, :kv_len]
-            v = self.kv_cache.v[:, :, :kv_len]
+            if self.kv_cache is not None:
+                self.kv_cache.write(positions, k, v)
+                k = self.kv_cache.k[:, :, :kv_len]
+                v = self.kv_cache.v[:, :, :kv_len]
+            # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
             attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.out(_merge_heads(attn))
 
@@ -170,8 +172,33 @@ class DecoderBlock(nn.Module):
         return x + self.mlp(self.mlp_ln(x))
 
 
+class DraftVocabProjection(nn.Module):
+    """An output projection onto a subset of the vocabulary, for an assistant that drafts only
+    common tokens: its cost per step scales with the subset, not the full vocabulary.
+
+    Logits of the other tokens are -inf, so they are never drafted; the main model, which scores
+    the full vocabulary, still produces them.
+    """
+
+    def __init__(self, rows: nn.Module, token_ids: Tensor, n_vocab: int):
+        super().__init__()
+        self.n_vocab = n_vocab
+        self.rows = rows  # projection onto token_ids, in their order
+        self.register_buffer("token_ids", token_ids, persistent=False)
+
+    def compact(self, x: Tensor) -> Tensor:
+        """Logits over the subset only: [..., len(token_ids)]."""
+        return self.rows(x).float()
+
+    def forward(self, x: Tensor) -> Tensor:
+        compact = self.compact(x)
+        logits = compact.new_full((*compact.shape[:-1], self.n_vocab), float("-inf"))
+        return logits.index_copy_(-1, self.token_ids, compact)
+
+
 class Decoder(nn.Module):
-    """Whisper's text decoder. The output projection is tied to the token embedding."""
+    """Whisper's text decoder. The output projection is tied to the token embedding unless
+    proj_out replaces it (an untied export, a draft vocabulary, int8 weights)."""
 
     def __init__(self, dims: ModelDims):
         super().__init__()
@@ -182,37 +209,48 @@ class Decoder(nn.Module):
             DecoderBlock(dims.d_model, dims.n_text_head, dims.n_text_ffn) for _ in range(dims.n_text_layer)
         )
         self.ln = nn.LayerNorm(dims.d_model)
-        self.proj_out: nn.Module | None = None  # an int8 projection replaces the tied one when set
+        self.proj_out: nn.Module | None = None
+        self.cross_source: list[int] | None = None  # per block: the main decoder layer whose cross keys/values it reuses
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.token_embedding.weight.dtype
+        return self.positional_embedding.dtype  # the activation dtype, also when the linears are int8
 
     def setup_caches(self, batch: int, n_ctx: int) -> None:
         head_dim = self.dims.d_model // self.dims.n_text_head
-        weight = self.token_embedding.weight
+        weight = self.positional_embedding
         for block in self.blocks:
             block.attn.kv_cache = KVCache(batch, self.dims.n_text_head, n_ctx, head_dim, weight.dtype, weight.device)
 
-    def set_cross(self, encoder_states: Tensor) -> None:
+    def set_cross(self, encoder_states: Tensor, main: "Decoder | None" = None) -> None:
+        """Cross-attention keys and values for these encoder states; blocks that share their
+        projection with a main decoder layer (cross_source) take that layer's, already computed."""
         encoder_states = encoder_states.to(self.dtype)
-        for block in self.blocks:
-            block.cross_attn.set_cross(encoder_states)
+        for i, block in enumerate(self.blocks):
+            if main is not None and self.cross_source is not None:
+                block.cross_attn.cross_kv = main.blocks[self.cross_source[i]].cross_attn.cross_kv
+            else:
+                block.cross_attn.set_cross(encoder_states)
 
-    def forward(self, tokens: Tensor, positions: Tensor, n_logits: int | None = None) -> Tensor:
-        """tokens, positions: [batch, T] -> logits [batch, n_logits or T, vocab] in float32.
+    def features(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """tokens, positions: [batch, T] -> final hidden states [batch, T, d_model].
 
-        Each row attends to its own cache entries at positions <= its query position.
+        With caches, each row attends to its own cache entries at positions <= its query position;
+        without (training), to the tokens of this call.
         """
-        kv_len = int(positions.max()) + 1
+        kv_len = int(positions.max()) + 1 if self.blocks[0].attn.kv_cache is not None else tokens.shape[1]
         mask = torch.arange(kv_len, device=tokens.device) <= positions[:, None, :, None]
         x = self.token_embedding(tokens)
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
         for block in self.blocks:
             x = block(x, positions, mask, kv_len)
+        return self.ln(x)
+
+    def forward(self, tokens: Tensor, positions: Tensor, n_logits: int | None = None) -> Tensor:
+        """tokens, positions: [batch, T] -> logits [batch, n_logits or T, vocab] in float32."""
+        x = self.features(tokens, positions)
         if n_logits is not None:
             x = x[:, -n_logits:]
-        x = self.ln(x)
         if self.proj_out is not None:
             return self.proj_out(x).float()
         return F.linear(x, self.token_embedding.weight).float()

@@ -55,6 +55,13 @@ EMBEDDED_MODELS = {
     ),
 }
 DEFAULT_MODEL = "base"
+# distilled assistants committed with the package (see whisper-spec distill), by main model
+SHIPPED_ASSISTANTS = {"base": Path(__file__).parent / "assistants" / "base"}
+
+
+def default_assistant(model: str) -> Path | None:
+    path = SHIPPED_ASSISTANTS.get(model)
+    return path if path is not None and (path / "assistant.json").is_file() else None
 
 
 class ModelNotFound(ValueError):

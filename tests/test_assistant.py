@@ -1,0 +1,59 @@
+"""The shipped assistant for whisper base: it loads, pairs with base, and the output stays exact."""
+
+import json
+
+import pytest
+
+from conftest import manifest, mel_of, speech
+from whisper_spec.decoding import DecodingOptions, decode_windows
+from whisper_spec.loader import load_pair
+from whisper_spec.models import default_assistant
+
+ENGLISH = [r["path"] for r in manifest() if r["set"] == "librispeech"][:8]
+OTHERS = [speech("multilingual/pl/mls_1889_1447_000002.flac")] + [
+    speech(r["path"]) for r in manifest() if r["set"] in ("thorsten_de", "dutch_vl_tts")
+][:3]
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    path = default_assistant("base")
+    assert path is not None, "the base assistant is missing from whisper_spec/assistants/base"
+    return path, load_pair("base", path)
+
+
+def test_shipped_assistant_is_small_and_shares_with_base(shipped):
+    path, pair = shipped
+    size = sum(f.stat().st_size for f in path.iterdir())
+    assert size < 25 * 2**20, f"{size} bytes"
+    config = json.loads((path / "assistant.json").read_text())
+    assert config["training"]["training_data"]["source"].endswith("unlabeled/librispeech-train-clean-100")
+    assert pair.shares_encoder
+    assert pair.assistant.decoder.token_embedding is pair.main.decoder.token_embedding
+    assert pair.assistant.dims.n_text_layer < pair.main.dims.n_text_layer
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_shipped_assistant_is_exact_and_accepted(shipped, batch_size):
+    _, pair = shipped
+    paths = [speech(p) for p in ENGLISH]
+    tokens_alone, tokens_drafted, drafted, accepted = [], [], 0, 0
+    for first in range(0, len(paths), batch_size):
+        mel = mel_of(paths[first : first + batch_size])
+        alone, _ = decode_windows(pair, mel, DecodingOptions(language="en"), use_assistant=False)
+        spec, stats = decode_windows(pair, mel, DecodingOptions(language="en", draft_tokens=5))
+        tokens_alone += [r.tokens for r in alone]
+        tokens_drafted += [r.tokens for r in spec]
+        drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
+    assert tokens_drafted == tokens_alone
+    assert accepted / drafted > 0.6  # an untrained two-layer assistant accepts about 0.01
+
+
+def test_shipped_assistant_is_exact_on_other_languages_and_with_timestamps(shipped):
+    _, pair = shipped
+    mel = mel_of(OTHERS)
+    for options in (DecodingOptions(), DecodingOptions(timestamps=True)):
+        alone, _ = decode_windows(pair, mel, options, use_assistant=False)
+        spec, _ = decode_windows(pair, mel, options)
+        assert [r.tokens for r in spec] == [r.tokens for r in alone]
+        assert [r.language for r in spec] == [r.language for r in alone]

@@ -1,0 +1,105 @@
+"""Benchmark harness: WER against jiwer, the exactness check, the documented report fields."""
+
+import json
+import re
+from pathlib import Path
+
+import jiwer
+import pytest
+
+import whisper_spec.bench as bench
+from conftest import SPEECH
+from whisper_spec.bench import BenchOptions, load_utterances, normalize, run_bench, word_error_rate
+from whisper_spec.cli.main import main as cli
+from whisper_spec.loader import load_pair
+from whisper_spec.models import default_assistant
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+MANIFEST = str(SPEECH / "manifest.jsonl")
+
+
+def test_wer_uses_whispers_normalizers_and_matches_jiwer():
+    references = ["Mr. Smith paid ten dollars.", "The colour of it", None, "Hallo, Welt! Wie geht's?", "..."]
+    hypotheses = ["mister smith paid $10", "the color of that", "anything", "hallo welt wie gehts", "um"]
+    languages = ["en", "en", "en", "de", "en"]
+    # English: spelled-out numbers, titles and British spellings normalize away; one substitution is left
+    assert normalize("Mr. Smith paid ten dollars.", "en") == normalize("mister smith paid $10", "en")
+    wer = word_error_rate(references, hypotheses, languages)
+    kept = [0, 1, 3]  # no reference, and a reference that normalizes to nothing, are left out
+    expected = jiwer.wer([normalize(references[i], languages[i]) for i in kept],
+                         [normalize(hypotheses[i], languages[i]) for i in kept])
+    assert wer == pytest.approx(expected)
+    # hand count: 0 + 1 (it -> that) + 1 (geht s -> gehts: 1 substitution, 1 deletion = 2) over 4 + 4 + 4 words
+    assert normalize("Hallo, Welt! Wie geht's?", "de").split() == ["hallo", "welt", "wie", "geht", "s"]
+    assert wer == pytest.approx((0 + 1 + 2) / (4 + 4 + 5))
+    assert word_error_rate([None], ["x"], ["en"]) is None
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_pair("base", default_assistant("base"))
+
+
+@pytest.fixture(scope="module")
+def utterances():
+    return load_utterances(MANIFEST, sets=["librispeech"], limit=2) + load_utterances(MANIFEST, sets=["thorsten_de"], limit=1)
+
+
+def test_report_has_every_documented_field_and_passes_the_check(pair, utterances, tmp_path):
+    report = run_bench(pair, utterances, BenchOptions(batch_sizes=(1, 2), repeats=1, peers=("transformers", "faster-whisper")),
+                       progress=False)
+    assert report["check"] == {"passed": True, "failures": []}
+    names = [c["name"] for c in report["configs"]]
+    assert names == ["main b1", "speculative b1", "main b2", "speculative b2", "transformers b1", "transformers b2",
+                     "transformers assisted b1", "faster-whisper b1"]
+    by_name = {c["name"]: c for c in report["configs"]}
+    assert by_name["speculative b1"]["wer"] == by_name["main b1"]["wer"] is not None
+    assert by_name["speculative b1"]["identical_fraction"] == 1.0
+    assert 0 < by_name["speculative b2"]["acceptance"] <= 1
+    assert by_name["transformers assisted b1"]["wer"] is not None
+    assert report["data"]["languages"] == ["de", "en"]
+
+    section = README.read_text().split("### The benchmark report")[1].split("\n## ")[0]
+    documented = re.findall(r"^\| `([a-z_0-9]+)`", section, flags=re.M)
+    assert len(documented) > 20
+    fields = set(report) | set(report["configs"][0]) | set(report["data"]) | set(report["machine"]) | set(report["check"])
+    assert set(documented) <= fields, set(documented) - fields
+
+    paths = bench.write_outputs(report, tmp_path)
+    assert [p.name for p in paths] == ["report.json", "report.md", "time_by_config.png", "acceptance_by_position.png"]
+    assert json.loads(paths[0].read_text())["configs"][0]["name"] == "main b1"
+    assert "| speculative b1 |" in paths[1].read_text()
+
+
+def test_exactness_check_fails_when_an_output_is_altered(pair, utterances, monkeypatch):
+    run_ours = bench._run_ours
+
+    def altered(p, utts, config, options, limit=None):
+        tokens, texts, stats, per_utterance = run_ours(p, utts, config, options, limit)
+        if config.speculative and limit is None:
+            tokens[1] = tokens[1][:-1]
+            texts[1] = texts[1] + " extra"
+        return tokens, texts, stats, per_utterance
+
+    monkeypatch.setattr(bench, "_run_ours", altered)
+    report = run_bench(pair, utterances, BenchOptions(batch_sizes=(1,), repeats=1, peers=()), progress=False)
+    assert not report["check"]["passed"]
+    failures = " ".join(report["check"]["failures"])
+    assert utterances[1].id in failures and "WER" in failures
+
+
+def test_bench_cli_writes_report_table_and_plots(tmp_path, capsys):
+    code = cli(["bench", MANIFEST, "--set", "dutch_vl_tts", "--limit", "2", "--batch-sizes", "2", "--repeats", "1",
+                "--peers", "none", "--int8", "--output-dir", str(tmp_path), "--quiet"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "| speculative int8 b2 |" in out and "check: passed" in out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["int8_kernel"] == "int8pack_mm"
+    assert (tmp_path / "time_by_config.png").stat().st_size > 1000
+
+
+def test_bench_refuses_a_missing_dataset(tmp_path, capsys):
+    code = cli(["bench", str(tmp_path / "nothing.jsonl"), "--output-dir", str(tmp_path)])
+    assert code == 2
+    assert "nothing.jsonl" in capsys.readouterr().err

@@ -1,0 +1,117 @@
+"""Distillation: end to end on a small random main model (fast), and through the CLI on base."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import whisper_spec.distill as distill_module
+from conftest import SPEECH, mel_of, random_model
+from whisper_spec.cli.main import main as cli
+from whisper_spec.decoding import DecodingOptions, decode_windows
+from whisper_spec.distill import DistillOptions, distill, spread_layers
+from whisper_spec.loader import WhisperPair, load_distilled, load_pair
+
+UNLABELED = SPEECH / "unlabeled" / "librispeech-train-clean-100"
+OPTIONS = DistillOptions(layers=1, steps=6, batch_size=2, eval_every=3, checkpoint_every=3, held_out=0.34,
+                         draft_vocab=80, top_k=4, learning_rate=1e-3, warmup_steps=2)
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("audio")
+    for source in sorted(UNLABELED.glob("*.flac"))[:3]:
+        (folder / source.name).symlink_to(source)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def random_main():
+    return WhisperPair(random_model(3, eot_bias=2.0), None, torch.device("cpu"), torch.float32)
+
+
+def test_spread_layers_keep_first_and_last():
+    assert spread_layers(6, 2) == [0, 5]
+    assert spread_layers(6, 3) == [0, 2, 5]
+    assert spread_layers(32, 2) == [0, 31]
+    assert spread_layers(6, 1) == [5]
+    with pytest.raises(ValueError):
+        spread_layers(2, 3)
+
+
+def test_distill_end_to_end_is_exact_deterministic_and_resumable(random_main, clips, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    summary = distill(random_main, str(clips), tmp_path / "a", OPTIONS, cache=cache)
+    assert summary["training_data"]["windows"] == 3 and summary["training_data"]["held_out_files"] == 1
+    assert summary["held_out_acceptance"] is not None and len(summary["log"]) == 2
+
+    stored = load_file(tmp_path / "a" / "model.safetensors")
+    assert not any(k.startswith("token_embedding") or ".cross_attn.kv." in k for k in stored)
+    assert all(t.dtype == torch.float16 for k, t in stored.items() if k != "draft_vocab")
+    assert len(stored["draft_vocab"]) == 80
+    config = json.loads((tmp_path / "a" / "assistant.json").read_text())
+    assert config["layers_from_main"] == [1]
+
+    # the assistant drafts for its main model, and the output stays the main model's
+    main = random_main.main
+    pair = WhisperPair(main, load_distilled(tmp_path / "a", main, torch.float32, "cpu"), torch.device("cpu"),
+                       torch.float32)
+    assert pair.shares_encoder and pair.assistant.decoder.token_embedding is main.decoder.token_embedding
+    mel = mel_of(sorted(clips.glob("*.flac")))
+    alone, _ = decode_windows(pair, mel, DecodingOptions(language="en"), use_assistant=False)
+    drafted, stats = decode_windows(pair, mel, DecodingOptions(language="en", draft_tokens=3))
+    assert [r.tokens for r in alone] == [r.tokens for r in drafted]
+    assert stats.drafted > 0
+
+    # same seed, same cache: the same weights
+    distill(random_main, str(clips), tmp_path / "b", OPTIONS, cache=cache)
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+
+    # interrupted after its step-3 checkpoint, then resumed: the same weights again
+    calls = {"n": 0}
+    loss = distill_module.distillation_loss
+
+    def interrupt_at_step_5(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return loss(*args, **kwargs)
+
+    monkeypatch.setattr(distill_module, "distillation_loss", interrupt_at_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        distill(random_main, str(clips), tmp_path / "c", OPTIONS, cache=cache)
+    assert (tmp_path / "c" / "checkpoint.pt").is_file()
+    monkeypatch.setattr(distill_module, "distillation_loss", loss)
+    distill(random_main, str(clips), tmp_path / "c", OPTIONS, cache=cache, resume=True)
+    assert not (tmp_path / "c" / "checkpoint.pt").exists()
+    resumed, original = load_file(tmp_path / "c" / "model.safetensors"), stored
+    assert all(torch.equal(resumed[k], original[k]) for k in original)
+
+
+def test_distill_and_export_through_the_cli(clips, tmp_path, base_pair):
+    out = tmp_path / "assistant"
+    code = cli(["distill", "--audio", str(clips), "--output", str(out), "--steps", "2", "--batch-size", "2",
+                "--held-out", "0", "--cache-dir", str(tmp_path / "cache"), "--draft-vocab", "4000"])
+    assert code == 0
+    pair = load_pair("base", out)
+    assert pair.assistant.dims.n_text_layer == 2 and len(pair.assistant.decoder.proj_out.token_ids) == 4000
+
+    code = cli(["export", str(out), "--output", str(tmp_path / "hf"), "--dtype", "float32"])
+    assert code == 0
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["architectures"] == ["WhisperForCausalLM"] and config["decoder_layers"] == 2
+    exported = load_pair("base", tmp_path / "hf")
+    assert exported.shares_encoder
+    mel = mel_of([sorted(clips.glob("*.flac"))[0]])
+    alone, _ = decode_windows(exported, mel, DecodingOptions(language="en"), use_assistant=False)
+    drafted, _ = decode_windows(exported, mel, DecodingOptions(language="en", draft_tokens=4))
+    assert alone[0].tokens == drafted[0].tokens
+
+
+def test_distill_refuses_an_empty_input(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code = cli(["distill", "--audio", str(tmp_path / "empty"), "--output", str(tmp_path / "out"),
+                "--main", "tiny.en", "--cache-dir", str(tmp_path / "cache")])
+    assert code == 2
+    assert "no audio files" in capsys.readouterr().err

@@ -1,0 +1,100 @@
+"""int8 weight-only decoder linears: error bounds, exactness under int8, pre-quantized loading."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import manifest, mel_of, speech
+from whisper_spec.cli.main import main as cli
+from whisper_spec.decoding import DecodingOptions, decode_windows
+from whisper_spec.loader import load_model, load_pair
+from whisper_spec.models import default_assistant
+from whisper_spec.quantize import BLOCK_LINEARS, Int8Embedding, Int8Linear, quantize_per_channel, weight_bytes
+
+CLIPS = [speech(r["path"]) for r in manifest() if r["set"] == "librispeech"][8:12] + [
+    speech("multilingual/pl/mls_1889_1447_000002.flac")
+]
+
+
+@pytest.fixture(scope="module")
+def int8_pair():
+    return load_pair("base", default_assistant("base"), dtype="bfloat16", int8=True)
+
+
+def _relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
+    return float((approx.float() - exact.float()).norm() / exact.float().norm())
+
+
+def test_per_channel_quantization_round_trips_within_half_a_step():
+    weight = torch.randn(64, 32) * torch.logspace(-3, 1, 64)[:, None]  # rows of very different scales
+    q, scales = quantize_per_channel(weight)
+    assert q.dtype == torch.int8 and scales.shape == (64,)
+    assert int(q.abs().max()) == 127
+    assert torch.all((q.float() * scales[:, None] - weight).abs() <= scales[:, None] / 2 + 1e-7)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_every_int8_layer_stays_close_to_its_float_layer(base_pair, int8_pair, dtype):
+    float_decoder, int8_decoder = base_pair.main.decoder, int8_pair.main.decoder
+    torch.manual_seed(0)
+    for i in range(len(float_decoder.blocks)):
+        for name in BLOCK_LINEARS:
+            exact = float_decoder.get_submodule(f"blocks.{i}.{name}")
+            approx = int8_decoder.get_submodule(f"blocks.{i}.{name}")
+            assert isinstance(approx, Int8Linear) and approx.weight.dtype == torch.int8
+            x = torch.randn(8, exact.in_features)
+            error = _relative_error(approx(x.to(dtype)), exact(x))
+            # per-channel int8 of these weights: ~0.5-1% (bfloat16 activations add ~0.3%)
+            assert error < 0.02, f"blocks.{i}.{name}: {error:.4f}"
+    tokens = torch.randint(0, 51865, (4, 16))
+    assert _relative_error(int8_decoder.token_embedding(tokens), float_decoder.token_embedding(tokens)) < 0.02
+    x = torch.randn(4, 512)
+    logits = torch.nn.functional.linear(x, float_decoder.token_embedding.weight)
+    assert _relative_error(int8_decoder.proj_out(x.to(dtype)), logits) < 0.02
+
+
+def test_int8_pair_is_exact_and_uses_the_fused_kernel(int8_pair):
+    assert int8_pair.int8_kernel == "int8pack_mm"  # aten._weight_int8pack_mm runs on this CPU
+    assistant = int8_pair.assistant.decoder
+    assert assistant.token_embedding is int8_pair.main.decoder.token_embedding
+    assert isinstance(assistant.blocks[0].mlp.fc1, Int8Linear)
+    for batch_size in (1, 4):
+        for first in range(0, len(CLIPS), batch_size):
+            mel = mel_of(CLIPS[first : first + batch_size])
+            for options in (DecodingOptions(), DecodingOptions(timestamps=True)):
+                alone, _ = decode_windows(int8_pair, mel, options, use_assistant=False)
+                spec, stats = decode_windows(int8_pair, mel, options)
+                assert [r.tokens for r in spec] == [r.tokens for r in alone]
+                assert stats.drafted > 0
+
+
+def test_prequantized_directories_build_no_float_decoder_weights(tmp_path, int8_pair, capsys):
+    assert cli(["quantize", "base", "--output", str(tmp_path / "base-int8")]) == 0
+    assert cli(["quantize", str(default_assistant("base")), "--output", str(tmp_path / "assistant-int8")]) == 0
+    assert json.loads((tmp_path / "base-int8" / "quantization.json").read_text())["format"] == "whisper-spec-int8/1"
+
+    model = load_model(tmp_path / "base-int8", dtype="bfloat16")
+    decoder = model.decoder
+    assert isinstance(decoder.token_embedding, Int8Embedding)
+    assert decoder.proj_out.weight is decoder.token_embedding.weight  # tied: one int8 table
+    float_matrices = {n for n, t in decoder.state_dict().items() if t.is_floating_point() and t.dim() == 2}
+    assert float_matrices == {"positional_embedding"}
+    float16_bytes = sum(t.numel() * 2 for n, t in load_model("base", with_encoder=False).decoder.state_dict().items()
+                        if not n.startswith("proj_out"))
+    assert weight_bytes(decoder) < 0.55 * float16_bytes
+    assert model.encoder.conv1.weight.dtype == torch.bfloat16  # the encoder stays float
+
+    pair = load_pair(tmp_path / "base-int8", tmp_path / "assistant-int8", dtype="bfloat16")
+    assert pair.int8_kernel == "int8pack_mm"
+    mel = mel_of(CLIPS[:2])
+    prequantized, _ = decode_windows(pair, mel, DecodingOptions())
+    on_the_fly, _ = decode_windows(int8_pair, mel, DecodingOptions())
+    assert [r.tokens for r in prequantized] == [r.tokens for r in on_the_fly]
+
+
+def test_transcribe_with_int8_flag(capsys):
+    assert cli(["transcribe", str(CLIPS[0]), "--int8", "--language", "en"]) == 0
+    captured = capsys.readouterr()
+    assert "kernel: int8pack_mm" in captured.err
+    assert len(captured.out.split()) > 3

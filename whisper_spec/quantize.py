@@ -1,0 +1,143 @@
+"""int8 weight-only decoder linears: per output channel, symmetric, with float scales.
+
+Decoding at small batch reads every decoder weight once per step, so storing the decoder's
+linears (self- and cross-attention, feed-forward, and the tied embedding / output projection) in
+int8 halves those bytes against float16. The matmul is fused: `aten._weight_int8pack_mm` reads
+the int8 weight and applies the scales inside the kernel. Where that kernel does not run, a
+torch.compile-fused dequantize-matmul is used, and only where compilation is unavailable too a
+plain dequantize-then-matmul; `kernel_for` reports which.
+
+Weights are quantized before they reach the device (or come int8 from a pre-quantized
+directory), and the modules are built on the meta device and assigned, so no float decoder
+weight is ever allocated where the model runs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+INT8_FORMAT = "whisper-spec-int8/1"
+QUANTIZATION_CONFIG = "quantization.json"
+# the decoder's linear layers that go int8 (per block), and the tied embedding / output projection
+BLOCK_LINEARS = ("attn.qkv", "attn.out", "cross_attn.q", "cross_attn.kv", "cross_attn.out", "mlp.fc1", "mlp.fc2")
+
+
+def quantize_per_channel(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Symmetric int8 per output channel (row): weight ~ int8 * scales[:, None]."""
+    w = weight.detach().float()
+    scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127
+    return torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8), scales
+
+
+def quantize_decoder_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A decoder state dict with its linears (and tied embedding) as int8 `weight` plus `scales`."""
+    out = dict(state)
+    for name, tensor in state.items():
+        module = name.removesuffix(".weight")
+        is_linear = name.endswith(".weight") and module.split(".", 2)[-1] in BLOCK_LINEARS
+        if is_linear or name in ("token_embedding.weight", "proj_out.weight"):
+            out[name], out[f"{module}.scales"] = quantize_per_channel(tensor)
+    return out
+
+
+@functools.cache
+def kernel_for(device_type: str, dtype: torch.dtype) -> str:
+    """The fastest int8 matmul that runs here: 'int8pack_mm', 'compiled' or 'dequantize'."""
+    device = torch.device(device_type)
+    x = torch.randn(2, 64, dtype=dtype, device=device)
+    weight, scales = quantize_per_channel(torch.randn(32, 64))
+    try:
+        torch.ops.aten._weight_int8pack_mm(x, weight.to(device), scales.to(device=device, dtype=dtype))
+        return "int8pack_mm"
+    except (RuntimeError, NotImplementedError, AttributeError):
+        pass
+    try:
+        _compiled_dequantize_mm(x, weight.to(device), scales.to(device=device, dtype=dtype))
+        return "compiled"
+    except Exception:  # noqa: BLE001 - no compiler backend here: fall back, and say so
+        return "dequantize"
+
+
+def _dequantize_mm(x: Tensor, weight: Tensor, scales: Tensor) -> Tensor:
+    return F.linear(x, weight.to(x.dtype)) * scales
+
+
+_compiled_dequantize_mm = torch.compile(_dequantize_mm, dynamic=True)
+
+
+class Int8Linear(nn.Module):
+    """y = x @ (int8 weight * scales).T + bias, computed by a fused kernel."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, device=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("weight", torch.empty(out_features, in_features, dtype=torch.int8, device=device))
+        self.register_buffer("scales", torch.empty(out_features, device=device))
+        self.register_buffer("bias", torch.empty(out_features, device=device) if bias else None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        x = x.reshape(-1, self.in_features)
+        scales = self.scales.to(x.dtype)
+        kernel = kernel_for(x.device.type, x.dtype)
+        if kernel == "int8pack_mm":
+            y = torch.ops.aten._weight_int8pack_mm(x, self.weight, scales)
+        elif kernel == "compiled":
+            y = _compiled_dequantize_mm(x, self.weight, scales)
+        else:
+            y = _dequantize_mm(x, self.weight, scales)
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def rows(self, token_ids: Tensor) -> "Int8Linear":
+        """The projection onto some output channels only (a draft vocabulary)."""
+        rows = Int8Linear(self.in_features, len(token_ids), bias=False, device="meta")
+        rows.weight, rows.scales = self.weight[token_ids], self.scales[token_ids]
+        return rows
+
+
+class Int8Embedding(Int8Linear):
+    """The tied token embedding in int8: rows looked up and scaled; as a projection it is the
+    output layer, so one int8 table serves both."""
+
+    def __init__(self, n_vocab: int, d_model: int, device=None):
+        super().__init__(d_model, n_vocab, bias=False, device=device)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.weight[tokens].to(self.scales.dtype) * self.scales[tokens, None]
+
+    def as_projection(self) -> Int8Linear:
+        """The output projection tied to this table: the same int8 storage, not a copy."""
+        projection = Int8Linear(self.in_features, self.out_features, bias=False, device="meta")
+        projection.weight, projection.scales = self.weight, self.scales
+        return projection
+
+
+def int8_modules(decoder: nn.Module, state: dict[str, Tensor]) -> None:
+    """Swap the modules whose state has int8 scales for int8 ones (on the meta device)."""
+    for key in [k for k in state if k.endswith(".scales")]:
+        path = key.removesuffix(".scales")
+        parent_path, _, name = path.rpartition(".")
+        parent = decoder.get_submodule(parent_path) if parent_path else decoder
+        old = getattr(parent, name)
+        if path == "token_embedding":
+            new = Int8Embedding(old.num_embeddings, old.embedding_dim, device="meta")
+        else:
+            new = Int8Linear(old.in_features, old.out_features, old.bias is not None, device="meta")
+        setattr(parent, name, new)
+
+
+def weight_bytes(module: nn.Module) -> int:
+    """Bytes of parameters and persistent buffers, each storage counted once."""
+    seen, total = set(), 0
+    for tensor in list(module.state_dict(keep_vars=True).values()):
+        if tensor is None or tensor.is_meta or tensor.untyped_storage().data_ptr() in seen:
+            continue
+        seen.add(tensor.untyped_storage().data_ptr())
+        total += tensor.untyped_storage().nbytes()
+    return total
