@@ -11,14 +11,13 @@ transcripts (Whisper's English normalizer with the spelling table).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-import jiwer
-from _common import SHARED, SPEECH, machine, manifest_rows, progress, write_report
+from _common import SPEECH, machine, manifest_rows, progress, write_report
 
+from whisper_spec.bench import word_error_rate
 from whisper_spec.decoding import DecodingOptions
 from whisper_spec.loader import WhisperPair, decoder_subset, load_pair
 from whisper_spec.transcribe import transcribe
@@ -34,9 +33,6 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
 
-    from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
-
-    normalize = EnglishTextNormalizer(json.loads((SHARED / "whisper-english-spelling.json").read_text()))
     files = [r for r in manifest_rows() if r["set"] in ("longform", "unlabeled_longform")]
     paths = [SPEECH / r["path"] for r in files]
     pair = load_pair(args.model)
@@ -64,7 +60,7 @@ def main() -> int:
                 drafted = sum(s.drafted for s in stats)
                 entry["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
             labeled = [(f["text"], t) for f, t in zip(files, texts[name]) if f["text"]]
-            entry[f"{name}_wer"] = jiwer.wer([normalize(a) for a, _ in labeled], [normalize(b) for _, b in labeled])
+            entry[f"{name}_wer"] = word_error_rate([a for a, _ in labeled], [b for _, b in labeled], ["en"] * len(labeled))
         entry["speedup"] = entry["main_seconds"] / entry["speculative_seconds"]
         entry["identical_fraction"] = sum(a == b for a, b in zip(texts["main"], texts["speculative"])) / len(paths)
         report["results"].append(entry)

@@ -104,9 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--layers", type=int, default=2, help="assistant decoder layers (default: %(default)s)")
     train.add_argument("--init-layers", default=None,
                        help="comma-separated main layers to start from (default: spread, first and last kept)")
-    train.add_argument("--draft-vocab", type=int, default=8192,
+    train.add_argument("--draft-vocab", type=int, default=16384,
                        help="tokens the assistant can draft, timestamps included (default: %(default)s)")
-    train.add_argument("--steps", type=int, default=1500, help="optimizer steps (default: %(default)s)")
+    train.add_argument("--steps", type=int, default=1000, help="optimizer steps (default: %(default)s)")
     train.add_argument("--batch-size", "-b", type=int, default=16, help="sequences per step (default: %(default)s)")
     train.add_argument("--learning-rate", "--lr", type=float, default=3e-4, help="peak AdamW rate (default: %(default)s)")
     train.add_argument("--warmup-steps", type=int, default=50)

@@ -225,7 +225,7 @@ def _batches(n: int, size: int):
 def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, options: BenchOptions, limit=None):
     decoding = DecodingOptions(task=options.task, draft_tokens=options.draft_tokens)
     tokens, texts, stats, per_utterance = [], [], DecodingStats(), []
-    for rows in _batches(len(utterances) if limit is None else limit, config.batch_size):
+    for rows in _batches(min(len(utterances), limit or len(utterances)), config.batch_size):
         batch = [utterances[i] for i in rows]
         audio = torch.stack([pad_or_trim(torch.from_numpy(u.audio)) for u in batch]).to(pair.device)
         mel = log_mel_spectrogram(audio, pair.main.dims.n_mels)
@@ -258,17 +258,19 @@ class TransformersPeer:
     def run(self, utterances: list[Utterance], config: Config, options: BenchOptions, languages: list[str], limit=None):
         tokens, texts = [], []
         special = self.pair.main.special
-        for rows in _batches(len(utterances) if limit is None else limit, config.batch_size):
+        for rows in _batches(min(len(utterances), limit or len(utterances)), config.batch_size):
             batch = [utterances[i] for i in rows]
             audio = torch.stack([pad_or_trim(torch.from_numpy(u.audio)) for u in batch]).to(self.pair.device)
             mel = log_mel_spectrogram(audio, self.pair.main.dims.n_mels).to(self.pair.dtype)
-            # the language is passed: transformers 5.23 repeats one token forever when it detects it itself
-            kwargs = {"language": languages[rows[0]]} if special.multilingual else {}
-            if config.batch_size > 1 and special.multilingual and len({languages[i] for i in rows}) > 1:
-                kwargs = {"language": [languages[i] for i in rows]}
+            kwargs = {}
+            if special.multilingual:
+                # the language is passed: transformers 5.23 repeats one token forever when it detects it itself
+                batch_languages = [languages[i] for i in rows]
+                same = len(set(batch_languages)) == 1
+                kwargs = {"language": batch_languages[0] if same else batch_languages, "task": options.task}
             if config.speculative:
                 kwargs["assistant_model"] = self.assistant
-            out = self.model.generate(mel, task=options.task if special.multilingual else None, **kwargs)
+            out = self.model.generate(input_features=mel, **kwargs)
             for row in out.tolist():
                 row = [t for t in row if t < special.eot]  # drop the prompt's special tokens and EOT padding
                 tokens.append(row)
@@ -282,12 +284,13 @@ class FasterWhisperPeer:
     def __init__(self, ct2_dir: Path, device: torch.device):
         from faster_whisper import WhisperModel
 
-        self.model = WhisperModel(str(ct2_dir), device=device.type, compute_type="default",
+        self.compute_type = "float16" if device.type == "cuda" else "float32"
+        self.model = WhisperModel(str(ct2_dir), device=device.type, compute_type=self.compute_type,
                                   cpu_threads=torch.get_num_threads())
 
     def run(self, utterances, config: Config, options: BenchOptions, languages, limit=None):
         tokens, texts = [], []
-        for i in range(len(utterances) if limit is None else limit):
+        for i in range(min(len(utterances), limit or len(utterances))):
             segments, _ = self.model.transcribe(
                 utterances[i].audio, language=languages[i], task=options.task, beam_size=1, temperature=0.0,
                 without_timestamps=True, condition_on_previous_text=False, vad_filter=False,
@@ -500,7 +503,7 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
         "dtype": str(pair.dtype).removeprefix("torch."),
         "int8_kernel": None,
         "options": asdict(options),
-        "data": {**data, "utterances": len(utterances), "audio_seconds": sum(u.seconds for u in utterances),
+        "data": {"source": None, **data, "utterances": len(utterances), "audio_seconds": sum(u.seconds for u in utterances),
                  "languages": sorted({language for language in languages})},
         "configs": results,
         "check": {"passed": not failures, "failures": failures},

@@ -209,7 +209,7 @@ def detect_languages(pair: WhisperPair, mel: Tensor) -> list[str]:
 
 def _ensure_cache(model: WhisperModel, batch: int, n_ctx: int) -> None:
     cache = model.decoder.blocks[0].attn.kv_cache
-    if cache is None or cache.k.shape[0] != batch or cache.k.shape[2] < n_ctx:
+    if cache is None or cache.k.shape[0] != batch or cache.k.shape[2] != n_ctx:
         model.decoder.setup_caches(batch, n_ctx)
 
 
@@ -307,7 +307,9 @@ def decode_encoded(
 
     max_length = min(options.max_length or main.dims.n_text_ctx, main.dims.n_text_ctx)
     max_draft = 0 if assistant is None else (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens)
-    n_ctx = max_length + max_draft + 1
+    # one cache length for main-only and speculative decoding: attention spans the whole cache, so
+    # equal lengths keep a position's logits independent of the mode (see Decoder.features)
+    n_ctx = max_length + options.max_draft_tokens + 1
     _ensure_cache(main, batch, n_ctx)
     if assistant is not None:
         _ensure_cache(assistant, batch, n_ctx)

@@ -4,9 +4,8 @@ The assistant cross-attends to the main encoder (never trained, never stored). I
 from the main decoder's embedding and a few of its layers spread out (first and last kept), and
 learns to match the main model: cross-entropy on the main model's own greedy transcripts
 (pseudo-labels, with and without timestamps) plus KL divergence to the main model's token
-distributions (its top-k logits). It drafts from a subset of the vocabulary (every token of the
-pseudo-labels, the timestamps, then the lowest text ids, which BPE gave to the most frequent
-pieces), so its output projection costs a fraction of the main model's.
+distributions (its top-k logits). It drafts from a subset of the vocabulary (see
+choose_draft_vocab), so its output projection costs a fraction of the main model's.
 
 Shared with the main model and not stored: the token embedding (and so the draft projection's
 rows) and the cross-attention key/value projections, kept frozen. Encoder outputs, pseudo-labels
@@ -19,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import platform
 import random
 import sys
 import time
@@ -45,8 +45,8 @@ CACHE_VERSION = 1
 class DistillOptions:
     layers: int = 2  # assistant decoder layers
     init_layers: tuple[int, ...] | None = None  # main layers to start from; default: spread, first and last kept
-    draft_vocab: int = 8192  # tokens the assistant can draft (timestamps and EOT included)
-    steps: int = 1500
+    draft_vocab: int = 16384  # tokens the assistant can draft (timestamps and EOT included)
+    steps: int = 1000
     batch_size: int = 16
     learning_rate: float = 3e-4
     warmup_steps: int = 50
@@ -168,17 +168,22 @@ def prepare_teacher_cache(main_pair: WhisperPair, source: str, cache: Path, *, t
 # ---------------------------------------------------------------------------- the assistant
 
 
-def choose_draft_vocab(main: WhisperModel, label_tokens: list[list[int]], size: int) -> torch.Tensor:
-    """Every token of the training pseudo-labels, the timestamps and EOT, then the lowest text ids."""
+def choose_draft_vocab(main: WhisperModel, examples: list[_Example], size: int) -> torch.Tensor:
+    """EOT, the timestamps and every token of the training pseudo-labels; then the tokens the main
+    model gives the most probability on the training audio (its top-k); then the lowest text ids."""
     special = main.special
     chosen = {special.eot, *range(special.timestamp_begin, main.dims.n_vocab)}
-    chosen.update(t for tokens in label_tokens for t in tokens if t < main.dims.n_vocab)
-    suppressed = set(special.suppress)
-    for token in range(special.eot):
+    chosen.update(t for e in examples for t in e.tokens.tolist())
+    mass = torch.zeros(main.dims.n_vocab)
+    for e in examples:
+        mass.index_add_(0, e.top_ids.reshape(-1), torch.softmax(e.top_logits, dim=-1).reshape(-1))
+    mass[list(special.suppress)] = 0
+    ranked = [t for t in mass.argsort(descending=True, stable=True).tolist() if mass[t] > 0]
+    fill = ranked + [t for t in range(special.eot) if t not in set(special.suppress)]
+    for token in fill:
         if len(chosen) >= size:
             break
-        if token not in suppressed:
-            chosen.add(token)
+        chosen.add(token)
     return torch.tensor(sorted(chosen), dtype=torch.long)
 
 
@@ -225,6 +230,56 @@ def save_assistant(student: Decoder, main: WhisperModel, output: Path, meta: dic
         **meta,
     }
     (output / ASSISTANT_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    (output / "README.md").write_text(model_card(config))
+
+
+def model_card(config: dict) -> str:
+    """The assistant's model card: what it is, how it was made, what it reached while training."""
+    training = config.get("training", {})
+    recipe, data = training.get("recipe", {}), training.get("training_data", {})
+    log = "\n".join(f"| {e['step']} | {e['loss']:.3f} | {e['held_out_acceptance']} |" for e in training.get("log", []))
+    return f"""# Distilled assistant for {config['main_model']}
+
+A {len(config['layers_from_main'])}-layer assistant decoder for speculative decoding with `{config['main_model']}`
+(whisper-spec format: load it with `load_pair("{config['main_model']}", "<this folder>")` or
+`whisper-spec transcribe --model {config['main_model']} --assistant <this folder>`; `whisper-spec export`
+writes a standard `WhisperForCausalLM`). Greedy output with it is the main model's own, token for token.
+
+- Initialised from the main decoder's layers {config['layers_from_main']}; it cross-attends to the main
+  encoder's output. Shared with the main model and not stored here: {'; '.join(config['shared_with_main'])}.
+- Drafts from {config['draft_vocab_size']} tokens of the vocabulary (EOT, timestamps, every pseudo-label
+  token, then the tokens the main model puts probability on); the main model still scores all.
+- Stored: its own layers, positional embedding and final layer norm, float16.
+
+## Recipe
+
+`{training.get('command')}`
+
+Distil-whisper style: cross-entropy (weight {recipe.get('ce_weight')}) on the main model's greedy
+transcripts, with and without timestamps, plus KL divergence (weight {recipe.get('kl_weight')}, temperature
+{recipe.get('kl_temperature')}) to its top-{recipe.get('top_k')} logits; AdamW, peak learning rate
+{recipe.get('learning_rate')}, {recipe.get('warmup_steps')} warm-up steps then cosine decay,
+{recipe.get('steps')} steps of {recipe.get('batch_size')} sequences, seed {recipe.get('seed')}; token
+embedding and cross-attention key/value projections frozen (shared).
+
+## Data
+
+`{data.get('source')}`: {data.get('files')} files, {data.get('windows')} windows, languages
+{data.get('languages')}; {data.get('held_out_files')} files held out for the acceptance below;
+{data.get('train_sequences')} training sequences.
+
+## Training
+
+Teacher labels {training.get('label_seconds')} s (0 when cached), training {training.get('train_seconds')} s
+on {training.get('machine')}, torch {training.get('torch')}. Held-out acceptance (teacher-forced: the
+assistant's argmax equals the main model's greedy token) {training.get('held_out_acceptance_before')} before,
+{training.get('held_out_acceptance')} after; {training.get('held_out_draft_vocab_coverage')} of held-out tokens
+are in the draft vocabulary.
+
+| step | loss | held-out acceptance |
+|---:|---:|---:|
+{log}
+"""
 
 
 # ---------------------------------------------------------------------------- training
@@ -357,14 +412,15 @@ def distill(
         raise ValueError(f"{source}: no training windows left after holding out {options.held_out:.0%}")
 
     init_layers = list(options.init_layers or spread_layers(main.dims.n_text_layer, options.layers))
-    draft_vocab = choose_draft_vocab(main, [e.tokens.tolist() for e in train], options.draft_vocab)
+    draft_vocab = choose_draft_vocab(main, train, options.draft_vocab)
     to_draft = torch.full((main.dims.n_vocab,), -1, dtype=torch.long)
     to_draft[draft_vocab] = torch.arange(len(draft_vocab))
     student = build_student(main, init_layers, draft_vocab)
     cross = _cross_kv(main, init_layers, encoder)
     eot = main.special.eot
 
-    parameters = [p for p in student.parameters() if p.requires_grad]
+    own = stored_state(student)  # trained; what it shares with the main model stays frozen
+    parameters = [p for name, p in student.named_parameters() if name in own]
     optimizer = torch.optim.AdamW(parameters, lr=options.learning_rate, weight_decay=0.0)
 
     def lr_at(step: int) -> float:
@@ -441,6 +497,7 @@ def distill(
         "held_out_draft_vocab_coverage": coverage,
         "log": log,
         "torch": torch.__version__,
+        "machine": f"{platform.machine()}, {torch.get_num_threads()} threads",
     }
     save_assistant(student, main, output, {"training": summary})
     checkpoint.unlink(missing_ok=True)

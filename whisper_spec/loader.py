@@ -15,7 +15,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from .model import Decoder, DraftVocabProjection, Encoder, Linear, ModelDims
+from .model import Decoder, DraftVocabProjection, Encoder, Linear, ModelDims, VocabProjection
 from .models import resolve_model
 from .quantize import (
     QUANTIZATION_CONFIG,
@@ -160,8 +160,13 @@ def _build(module_class, dims: ModelDims, state_dict: dict, dtype: torch.dtype, 
     return module
 
 
+def _placed(state_dict: dict, dtype: torch.dtype, device) -> dict:
+    """Tensors on the device; float ones in dtype, int8 weights left int8."""
+    return {k: v.to(device=device, dtype=dtype if v.is_floating_point() else None) for k, v in state_dict.items()}
+
+
 def _load_module(module: torch.nn.Module, state_dict: dict, dtype: torch.dtype, device: torch.device) -> None:
-    state_dict = {k: v.to(device=device, dtype=dtype if v.is_floating_point() else None) for k, v in state_dict.items()}
+    state_dict = _placed(state_dict, dtype, device)
     missing, unexpected = module.load_state_dict(state_dict, strict=False, assign=True)
     module.requires_grad_(False)  # loaded models are for inference; distillation builds its own student
     missing = [m for m in missing if "kv_cache" not in m]
@@ -212,6 +217,9 @@ def build_decoder(dims: ModelDims, state: dict, dtype, device) -> Decoder:
     _load_module(decoder, state, dtype, device)
     if isinstance(decoder.token_embedding, Int8Embedding) and decoder.proj_out is None:
         decoder.proj_out = decoder.token_embedding.as_projection()
+    elif not isinstance(decoder.proj_out, Int8Linear):
+        keep_transposed = torch.device(device).type == "cpu" and dtype == torch.float32
+        decoder.proj_out = VocabProjection(output_weight(decoder), keep_transposed=keep_transposed)
     return decoder
 
 
@@ -255,8 +263,10 @@ def is_distilled_assistant(path: Path) -> bool:
 
 
 def output_weight(decoder: Decoder) -> torch.Tensor:
-    """The weight the decoder's logits come from: its own projection or the tied embedding."""
-    return decoder.proj_out.weight if isinstance(decoder.proj_out, Linear) else decoder.token_embedding.weight
+    """The float weight of the decoder's full-vocabulary logits: its projection or the tied embedding."""
+    if isinstance(decoder.proj_out, (Linear, VocabProjection)):
+        return decoder.proj_out.weight
+    return decoder.token_embedding.weight
 
 
 def load_distilled(path: Path, main: WhisperModel, dtype, device, int8: bool = False) -> WhisperModel:
@@ -286,8 +296,7 @@ def load_distilled(path: Path, main: WhisperModel, dtype, device, int8: bool = F
     with torch.device("meta"):
         decoder = Decoder(dims)
     int8_modules(decoder, state)
-    state = {k: v.to(device=device, dtype=dtype if v.is_floating_point() else None) for k, v in state.items()}
-    decoder.load_state_dict(state, strict=False, assign=True)
+    decoder.load_state_dict(_placed(state, dtype, device), strict=False, assign=True)
     decoder.requires_grad_(False)
     decoder.token_embedding = main.decoder.token_embedding
     for block, source in zip(decoder.blocks, sources):
@@ -305,10 +314,9 @@ def output_rows(decoder: Decoder, token_ids: torch.Tensor) -> torch.nn.Module:
     """A projection onto some tokens only: those rows of the decoder's output projection."""
     if isinstance(decoder.proj_out, Int8Linear):
         return decoder.proj_out.rows(token_ids)
-    weight = output_weight(decoder)
-    rows = Linear(weight.shape[1], len(token_ids), bias=False, device="meta")
-    rows.weight = torch.nn.Parameter(weight[token_ids], requires_grad=False)
-    return rows
+    projection = decoder.proj_out
+    keep_transposed = isinstance(projection, VocabProjection) and projection.weight_t is not None
+    return VocabProjection(output_weight(decoder)[token_ids], keep_transposed)
 
 
 def _is_decoder_only(path: Path) -> bool:
@@ -388,7 +396,7 @@ def decoder_subset(model: WhisperModel, layers: list[int], name: str | None = No
         raise ValueError(f"layers must be a non-empty subset of 0..{model.dims.n_text_layer - 1}")
     dims = replace(model.dims, n_text_layer=len(layers))
     source = model.decoder.state_dict()
-    state = {k: v for k, v in source.items() if not k.startswith("blocks.")}
+    state = {k: v for k, v in source.items() if not k.startswith(("blocks.", "proj_out."))}
     for new, old in enumerate(layers):
         prefix = f"blocks.{old}."
         state.update({f"blocks.{new}.{k[len(prefix):]}": v for k, v in source.items() if k.startswith(prefix)})
