@@ -270,6 +270,8 @@ class TransformersPeer:
                 kwargs = {"language": batch_languages[0] if same else batch_languages, "task": options.task}
             if config.speculative:
                 kwargs["assistant_model"] = self.assistant
+            # as many tokens as our loop allows (448 with the prompt); transformers may otherwise stop at 20
+            kwargs["max_new_tokens"] = self.pair.main.dims.n_text_ctx - len(special.prompt("en", options.task, False))
             out = self.model.generate(input_features=mel, **kwargs)
             for row in out.tolist():
                 row = [t for t in row if t < special.eot]  # drop the prompt's special tokens and EOT padding

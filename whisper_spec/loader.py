@@ -241,15 +241,19 @@ def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", 
     config = json.loads((path / "config.json").read_text())
     dims = read_dims(config)
     special = SpecialTokens.from_model_dir(path)
-    if (path / QUANTIZATION_CONFIG).is_file():
+    prequantized = (path / QUANTIZATION_CONFIG).is_file()
+    # with int8 decoders the encoder stays float; on CPU float32, as bfloat16 convolutions and
+    # matmuls without hardware support are several times slower there
+    encoder_dtype = torch.float32 if (int8 or prequantized) and device.type == "cpu" else dtype
+    if prequantized:
         state = load_file(path / "model.safetensors")
         part = {name: {k.removeprefix(name + "."): v for k, v in state.items() if k.startswith(name + ".")}
                 for name in ("encoder", "decoder")}
-        encoder = _build(Encoder, dims, part["encoder"], dtype, device) if with_encoder else None
+        encoder = _build(Encoder, dims, part["encoder"], encoder_dtype, device) if with_encoder else None
         decoder = build_decoder(dims, part["decoder"], dtype, device)
     else:
         ckpt = _Checkpoint(path)
-        encoder = _encoder(ckpt, dims, dtype, device) if with_encoder else None
+        encoder = _encoder(ckpt, dims, encoder_dtype, device) if with_encoder else None
         decoder = _decoder(ckpt, dims, dtype, device, int8)
     return WhisperModel(str(spec), path, dims, special, TextDecoder(path, special), decoder, encoder)
 
