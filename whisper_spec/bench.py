@@ -222,14 +222,18 @@ def _batches(n: int, size: int):
     return [range(i, min(i + size, n)) for i in range(0, n, size)]
 
 
+def _mel(pair: WhisperPair, batch: list[Utterance]) -> torch.Tensor:
+    """The main model's log-mel features of a batch of utterances, each padded to one window."""
+    audio = torch.stack([pad_or_trim(torch.from_numpy(u.audio)) for u in batch]).to(pair.device)
+    return log_mel_spectrogram(audio, pair.main.dims.n_mels)
+
+
 def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, options: BenchOptions, limit=None):
     decoding = DecodingOptions(task=options.task, draft_tokens=options.draft_tokens)
     tokens, texts, stats, per_utterance = [], [], DecodingStats(), []
     for rows in _batches(min(len(utterances), limit or len(utterances)), config.batch_size):
         batch = [utterances[i] for i in rows]
-        audio = torch.stack([pad_or_trim(torch.from_numpy(u.audio)) for u in batch]).to(pair.device)
-        mel = log_mel_spectrogram(audio, pair.main.dims.n_mels)
-        results, batch_stats = decode_windows(pair, mel, decoding, languages=[u.language for u in batch],
+        results, batch_stats = decode_windows(pair, _mel(pair, batch), decoding, languages=[u.language for u in batch],
                                               use_assistant=config.speculative)
         stats.add(batch_stats)
         tokens += [r.tokens for r in results]
@@ -259,9 +263,7 @@ class TransformersPeer:
         tokens, texts = [], []
         special = self.pair.main.special
         for rows in _batches(min(len(utterances), limit or len(utterances)), config.batch_size):
-            batch = [utterances[i] for i in rows]
-            audio = torch.stack([pad_or_trim(torch.from_numpy(u.audio)) for u in batch]).to(self.pair.device)
-            mel = log_mel_spectrogram(audio, self.pair.main.dims.n_mels).to(self.pair.dtype)
+            mel = _mel(self.pair, [utterances[i] for i in rows]).to(self.pair.dtype)
             kwargs = {}
             if special.multilingual:
                 # the language is passed: transformers 5.23 repeats one token forever when it detects it itself
@@ -449,8 +451,7 @@ def _languages_of(pair: WhisperPair, utterances: list[Utterance]) -> list[str]:
     if pair.main.special.multilingual:
         for rows in _batches(len(missing), 8):
             idx = [missing[i] for i in rows]
-            audio = torch.stack([pad_or_trim(torch.from_numpy(utterances[i].audio)) for i in idx]).to(pair.device)
-            for i, language in zip(idx, detect_languages(pair, log_mel_spectrogram(audio, pair.main.dims.n_mels))):
+            for i, language in zip(idx, detect_languages(pair, _mel(pair, [utterances[i] for i in idx]))):
                 out[i] = language
     return [language or "en" for language in out]
 

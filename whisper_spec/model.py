@@ -151,7 +151,7 @@ class DecoderAttention(nn.Module):
         k, v = self.kv(encoder_states).chunk(2, dim=-1)
         self.cross_kv = (_split_heads(k, self.n_head), _split_heads(v, self.n_head))
 
-    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, kv_len: int) -> Tensor:
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None) -> Tensor:
         if self.cross:
             q = _split_heads(self.q(x), self.n_head)
             k, v = self.cross_kv
@@ -160,8 +160,7 @@ class DecoderAttention(nn.Module):
             q, k, v = (_split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
             if self.kv_cache is not None:
                 self.kv_cache.write(positions, k, v)
-                k = self.kv_cache.k[:, :, :kv_len]
-                v = self.kv_cache.v[:, :, :kv_len]
+                k, v = self.kv_cache.k, self.kv_cache.v
             # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
             attn = _decoder_attention(q, k, v, mask)
         return self.out(_merge_heads(attn))
@@ -177,9 +176,9 @@ class DecoderBlock(nn.Module):
         self.mlp_ln = nn.LayerNorm(d_model)
         self.mlp = MLP(d_model, d_ffn)
 
-    def forward(self, x: Tensor, positions: Tensor, mask: Tensor, kv_len: int) -> Tensor:
-        x = x + self.attn(self.attn_ln(x), positions, mask, kv_len)
-        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, kv_len)
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor) -> Tensor:
+        x = x + self.attn(self.attn_ln(x), positions, mask)
+        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None)
         return x + self.mlp(self.mlp_ln(x))
 
 
@@ -286,7 +285,7 @@ class Decoder(nn.Module):
         x = self.token_embedding(tokens)
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
         for block in self.blocks:
-            x = block(x, positions, mask, kv_len)
+            x = block(x, positions, mask)
         return self.ln(x)
 
     def forward(self, tokens: Tensor, positions: Tensor, n_logits: int | None = None) -> Tensor:
