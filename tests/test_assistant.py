@@ -3,11 +3,13 @@
 import json
 
 import pytest
+import torch
 
 from conftest import manifest, mel_of, speech
 from whisper_spec.decoding import DecodingOptions, decode_windows
 from whisper_spec.loader import load_pair
 from whisper_spec.models import default_assistant
+from whisper_spec.quantize import Int8Linear
 
 ENGLISH = [r["path"] for r in manifest() if r["set"] == "librispeech"][:8]
 OTHERS = [speech("multilingual/pl/mls_1889_1447_000002.flac")] + [
@@ -31,6 +33,9 @@ def test_shipped_assistant_is_small_and_shares_with_base(shipped):
     assert pair.shares_encoder
     assert pair.assistant.decoder.token_embedding is pair.main.decoder.token_embedding
     assert pair.assistant.dims.n_text_layer < pair.main.dims.n_text_layer
+    # on CPU the assistant drafts with int8 weights while the main model verifies in float32
+    assert isinstance(pair.assistant.decoder.blocks[0].mlp.fc1, Int8Linear)
+    assert pair.main.decoder.dtype == torch.float32
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])

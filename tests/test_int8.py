@@ -69,6 +69,25 @@ def test_int8_pair_is_exact_and_uses_the_fused_kernel(int8_pair):
                 assert stats.drafted > 0
 
 
+@pytest.mark.parametrize("int8", [True, False], ids=["int8", "bfloat16"])
+@torch.inference_mode()
+def test_positions_scored_together_get_the_logits_of_one_token_steps(int8_pair, int8):
+    """What makes half-precision verification exact by construction: scoring several positions in
+    one call gives each the logits a one-token step gives it, bit for bit."""
+    pair = int8_pair if int8 else load_pair("base", dtype="bfloat16")
+    decoder = pair.main.decoder
+    decoder.set_cross(pair.main.encoder(mel_of(CLIPS[:2])))
+    prompt = pair.main.special.prompt("en", "transcribe", False)
+    text = torch.randint(220, 50000, (2, 8), generator=torch.Generator().manual_seed(0))
+    tokens = torch.cat([torch.tensor([prompt, prompt]), text], dim=1)
+    positions = torch.arange(tokens.shape[1]).expand_as(tokens)
+    decoder.setup_caches(2, 40)
+    together = decoder(tokens, positions)
+    decoder.setup_caches(2, 40)
+    one_by_one = torch.cat([decoder(tokens[:, i : i + 1], positions[:, i : i + 1]) for i in range(tokens.shape[1])], 1)
+    assert torch.equal(together, one_by_one)
+
+
 def test_prequantized_directories_build_no_float_decoder_weights(tmp_path, int8_pair, capsys):
     assert cli(["quantize", "base", "--output", str(tmp_path / "base-int8")]) == 0
     assert cli(["quantize", str(default_assistant("base")), "--output", str(tmp_path / "assistant-int8")]) == 0

@@ -381,7 +381,7 @@ def _cross_kv(main: WhisperModel, init_layers: list[int], encoder: torch.Tensor)
             attention = main.decoder.blocks[layer].cross_attn
             ks, vs = [], []
             for first in range(0, len(encoder), 8):
-                attention.set_cross(encoder[first : first + 8].float())
+                attention.set_cross(encoder[first : first + 8].float(), torch.float32)
                 ks.append(attention.cross_kv[0].half())
                 vs.append(attention.cross_kv[1].half())
             out.append((torch.cat(ks), torch.cat(vs)))

@@ -23,6 +23,7 @@ from .quantize import (
     Int8Linear,
     int8_modules,
     kernel_for,
+    quantize_per_channel,
     quantize_decoder_state,
 )
 from .tokenizer import SpecialTokens, TextDecoder
@@ -242,9 +243,9 @@ def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", 
     dims = read_dims(config)
     special = SpecialTokens.from_model_dir(path)
     prequantized = (path / QUANTIZATION_CONFIG).is_file()
-    # with int8 decoders the encoder stays float; on CPU float32, as bfloat16 convolutions and
-    # matmuls without hardware support are several times slower there
-    encoder_dtype = torch.float32 if (int8 or prequantized) and device.type == "cpu" else dtype
+    # the encoder is one pass per window: on CPU it runs float32, as half-precision convolutions
+    # and matmuls without hardware support are several times slower there
+    encoder_dtype = torch.float32 if device.type == "cpu" else dtype
     if prequantized:
         state = load_file(path / "model.safetensors")
         part = {name: {k.removeprefix(name + "."): v for k, v in state.items() if k.startswith(name + ".")}
@@ -271,6 +272,22 @@ def output_weight(decoder: Decoder) -> torch.Tensor:
     if isinstance(decoder.proj_out, (Linear, VocabProjection)):
         return decoder.proj_out.weight
     return decoder.token_embedding.weight
+
+
+def assistant_precision(dtype: torch.dtype, int8: bool, assistant_int8: bool | None, device: torch.device
+                        ) -> tuple[torch.dtype, bool]:
+    """The assistant's activation dtype and whether its decoder is int8.
+
+    Its tokens are only proposals, every one verified by the main model, so its precision changes
+    speed and acceptance, never the transcript. None (auto): int8 where the main model is, and on
+    CPU wherever the fused int8 kernel runs (a 3-4x cheaper draft step there). int8 decoders
+    compute in half precision: the CPU kernel is slow with float32 activations.
+    """
+    if assistant_int8 is None:
+        assistant_int8 = int8 or (device.type == "cpu" and kernel_for("cpu", torch.bfloat16) == "int8pack_mm")
+    if assistant_int8 and dtype == torch.float32:
+        return torch.bfloat16, True
+    return dtype, assistant_int8
 
 
 def load_distilled(path: Path, main: WhisperModel, dtype, device, int8: bool = False) -> WhisperModel:
@@ -306,7 +323,7 @@ def load_distilled(path: Path, main: WhisperModel, dtype, device, int8: bool = F
     for block, source in zip(decoder.blocks, sources):
         block.cross_attn.kv = main.decoder.blocks[source].cross_attn.kv
     decoder.cross_source = list(sources)
-    decoder.proj_out = DraftVocabProjection(output_rows(main.decoder, draft_vocab), draft_vocab, dims.n_vocab)
+    decoder.proj_out = DraftVocabProjection(output_rows(main.decoder, draft_vocab, int8), draft_vocab, dims.n_vocab)
     left = [n for n, t in decoder.state_dict().items() if t.is_meta]
     if left:
         raise ValueError(f"{path}: weights missing from model.safetensors: {left[:5]}")
@@ -314,10 +331,16 @@ def load_distilled(path: Path, main: WhisperModel, dtype, device, int8: bool = F
     return WhisperModel(str(path), main.path, dims, main.special, main.text, decoder, None)
 
 
-def output_rows(decoder: Decoder, token_ids: torch.Tensor) -> torch.nn.Module:
-    """A projection onto some tokens only: those rows of the decoder's output projection."""
+def output_rows(decoder: Decoder, token_ids: torch.Tensor, int8: bool = False) -> torch.nn.Module:
+    """A projection onto some tokens only: those rows of the decoder's output projection (int8:
+    quantized, where the decoder's own projection is float)."""
     if isinstance(decoder.proj_out, Int8Linear):
         return decoder.proj_out.rows(token_ids)
+    if int8:
+        rows = Int8Linear(decoder.dims.d_model, len(token_ids), bias=False, device="meta")
+        weight, scales = quantize_per_channel(output_weight(decoder)[token_ids])
+        rows.weight, rows.scales = weight, scales.to(weight.device)
+        return rows
     projection = decoder.proj_out
     keep_transposed = isinstance(projection, VocabProjection) and projection.weight_t is not None
     return VocabProjection(output_weight(decoder)[token_ids], keep_transposed)
@@ -362,12 +385,14 @@ def load_pair(
     dtype: str | torch.dtype = "float32",
     device: str | torch.device = "cpu",
     int8: bool = False,
+    assistant_int8: bool | None = None,
 ) -> WhisperPair:
     """Load a main model and an optional assistant.
 
     assistant_encoder: "shared" (cross-attend to the main encoder; the assistant's encoder is never
     read), "own" (run the assistant's encoder on its own features), or "auto" (shared for
-    decoder-only checkpoints, own otherwise). int8: both decoders' linears in int8 (see quantize.py).
+    decoder-only checkpoints, own otherwise). int8: the main decoder's linears in int8 (see
+    quantize.py). assistant_int8: the assistant's, independently (see assistant_precision).
     """
     if assistant_encoder not in ("auto", "shared", "own"):
         raise ValueError(f"assistant_encoder must be auto, shared or own, not {assistant_encoder!r}")
@@ -377,15 +402,17 @@ def load_pair(
         raise ValueError("device cuda asked for, but torch sees no CUDA device")
     main_model = load_model(main, dtype=dtype, device=device, int8=int8)
     assistant_model = None
+    assistant_dtype, assistant_int8 = assistant_precision(dtype, int8, assistant_int8, device)
     if assistant is not None and is_distilled_assistant(Path(assistant)):
-        assistant_model = load_distilled(Path(assistant), main_model, dtype, device, int8)
+        assistant_model = load_distilled(Path(assistant), main_model, assistant_dtype, device, assistant_int8)
     elif assistant is not None:
         path = resolve_model(str(assistant))
         decoder_only = _is_decoder_only(path)
         if assistant_encoder == "own" and decoder_only:
             raise IncompatiblePair(f"assistant {assistant}: has no encoder weights; use assistant_encoder='shared'")
         share = assistant_encoder == "shared" or (assistant_encoder == "auto" and decoder_only)
-        assistant_model = load_model(path, with_encoder=not share, dtype=dtype, device=device, int8=int8)
+        assistant_model = load_model(path, with_encoder=not share, dtype=assistant_dtype, device=device,
+                                     int8=assistant_int8)
         assistant_model.name = str(assistant)
         check_pair(main_model, assistant_model)
     return WhisperPair(main_model, assistant_model, device, dtype)

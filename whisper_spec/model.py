@@ -116,8 +116,8 @@ class KVCache(nn.Module):
     def write(self, positions: Tensor, k: Tensor, v: Tensor) -> None:
         """positions: [batch, T]; k, v: [batch, head, T, head_dim]."""
         rows = torch.arange(positions.shape[0], device=positions.device)[:, None]
-        self.k[rows, :, positions] = k.transpose(1, 2)
-        self.v[rows, :, positions] = v.transpose(1, 2)
+        self.k[rows, :, positions] = k.transpose(1, 2).to(self.k.dtype)
+        self.v[rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)
 
 
 def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
@@ -129,6 +129,19 @@ def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> 
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v
+
+
+def _attention_by_query(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """_decoder_attention one query position at a time. float32 CPU matmuls are not row-invariant
+    (their kernels change with the row count), so where half-precision activations meet float32
+    attention, computing each position alone keeps a verified position's result that of a
+    one-token step."""
+    if q.shape[2] == 1:
+        return _decoder_attention(q, k, v, mask)
+    return torch.cat([
+        _decoder_attention(q[:, :, i : i + 1], k, v, None if mask is None else mask[:, :, i : i + 1])
+        for i in range(q.shape[2])
+    ], dim=2)
 
 
 class DecoderAttention(nn.Module):
@@ -147,23 +160,24 @@ class DecoderAttention(nn.Module):
         self.kv_cache: KVCache | None = None
         self.cross_kv: tuple[Tensor, Tensor] | None = None
 
-    def set_cross(self, encoder_states: Tensor) -> None:
+    def set_cross(self, encoder_states: Tensor, dtype: torch.dtype) -> None:
+        # contiguous per (row, head): a strided copy would make every batched step copy them again
         k, v = self.kv(encoder_states).chunk(2, dim=-1)
-        self.cross_kv = (_split_heads(k, self.n_head), _split_heads(v, self.n_head))
+        self.cross_kv = tuple(_split_heads(t, self.n_head).to(dtype).contiguous() for t in (k, v))
 
     def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None) -> Tensor:
         if self.cross:
             q = _split_heads(self.q(x), self.n_head)
             k, v = self.cross_kv
-            attn = _decoder_attention(q, k, v, None)
         else:
             q, k, v = (_split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
             if self.kv_cache is not None:
                 self.kv_cache.write(positions, k, v)
                 k, v = self.kv_cache.k, self.kv_cache.v
             # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
-            attn = _decoder_attention(q, k, v, mask)
-        return self.out(_merge_heads(attn))
+        attention = _attention_by_query if k.dtype != x.dtype else _decoder_attention
+        attn = attention(q.to(k.dtype), k, v, None if self.cross else mask)
+        return self.out(_merge_heads(attn).to(x.dtype))
 
 
 class DecoderBlock(nn.Module):
@@ -253,11 +267,17 @@ class Decoder(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.positional_embedding.dtype  # the activation dtype, also when the linears are int8
 
+    @property
+    def attention_dtype(self) -> torch.dtype:
+        """Keys, values and attention: float32 on CPU, whose half-precision batched matmuls are
+        unvectorised (5-10x slower here); the activation dtype elsewhere."""
+        return torch.float32 if self.positional_embedding.device.type == "cpu" else self.dtype
+
     def setup_caches(self, batch: int, n_ctx: int) -> None:
         head_dim = self.dims.d_model // self.dims.n_text_head
-        weight = self.positional_embedding
+        device = self.positional_embedding.device
         for block in self.blocks:
-            block.attn.kv_cache = KVCache(batch, self.dims.n_text_head, n_ctx, head_dim, weight.dtype, weight.device)
+            block.attn.kv_cache = KVCache(batch, self.dims.n_text_head, n_ctx, head_dim, self.attention_dtype, device)
 
     def set_cross(self, encoder_states: Tensor, main: "Decoder | None" = None) -> None:
         """Cross-attention keys and values for these encoder states; blocks that share their
@@ -267,7 +287,7 @@ class Decoder(nn.Module):
             if main is not None and self.cross_source is not None:
                 block.cross_attn.cross_kv = main.blocks[self.cross_source[i]].cross_attn.cross_kv
             else:
-                block.cross_attn.set_cross(encoder_states)
+                block.cross_attn.set_cross(encoder_states, self.attention_dtype)
 
     def features(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """tokens, positions: [batch, T] -> final hidden states [batch, T, d_model].
@@ -282,7 +302,7 @@ class Decoder(nn.Module):
         cache = self.blocks[0].attn.kv_cache
         kv_len = cache.k.shape[2] if cache is not None else tokens.shape[1]
         mask = torch.arange(kv_len, device=tokens.device) <= positions[:, None, :, None]
-        x = self.token_embedding(tokens)
+        x = self.token_embedding(tokens).to(self.dtype)  # an assistant may share a main embedding of another dtype
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
         for block in self.blocks:
             x = block(x, positions, mask)
