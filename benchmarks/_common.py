@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import platform
 import sys
 from pathlib import Path
-
-import torch
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 SPEECH = SHARED / "speech"
@@ -15,10 +12,6 @@ SPEECH = SHARED / "speech"
 
 def manifest_rows() -> list[dict]:
     return [json.loads(line) for line in (SPEECH / "manifest.jsonl").read_text().splitlines() if line.strip()]
-
-
-def machine() -> str:
-    return f"{platform.node()} {platform.machine()} {torch.get_num_threads()} threads, torch {torch.__version__}"
 
 
 def write_report(report: dict, output: Path | None) -> int:

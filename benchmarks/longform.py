@@ -15,35 +15,35 @@ import sys
 import time
 from pathlib import Path
 
-from _common import SPEECH, machine, manifest_rows, progress, write_report
+from _common import SPEECH, manifest_rows, progress, write_report
 
-from whisper_spec.bench import word_error_rate
+from whisper_spec.bench import machine_info, word_error_rate
 from whisper_spec.decoding import DecodingOptions
-from whisper_spec.loader import WhisperPair, decoder_subset, load_pair
+from whisper_spec.loader import load_pair
+from whisper_spec.models import default_assistant
 from whisper_spec.transcribe import transcribe
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="base")
-    parser.add_argument("--assistant-layers", default="0,1,2,4,5",
-                        help="decoder layers of the main model kept as an (untrained) assistant")
+    parser.add_argument("--assistant", default=None, help="default: the model's distilled assistant")
     parser.add_argument("--batch-sizes", default="1,2,4")
-    parser.add_argument("--draft-tokens", type=int, default=4)
+    parser.add_argument("--draft-tokens", type=int, default=DecodingOptions.draft_tokens)
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
 
     files = [r for r in manifest_rows() if r["set"] in ("longform", "unlabeled_longform")]
     paths = [SPEECH / r["path"] for r in files]
-    pair = load_pair(args.model)
-    layers = [int(i) for i in args.assistant_layers.split(",")]
-    pair = WhisperPair(pair.main, decoder_subset(pair.main, layers), pair.device, pair.dtype)
+    assistant = args.assistant or default_assistant(args.model)
+    if assistant is None:
+        parser.error(f"{args.model} has no distilled assistant: give --assistant")
+    pair = load_pair(args.model, assistant)
     options = DecodingOptions(language="en", draft_tokens=args.draft_tokens)
     audio_seconds = sum(r["duration_s"] for r in files)
     list(transcribe(pair, paths[:1], options, use_assistant=False))  # warm-up
 
-    report = {"machine": machine(), "model": args.model,
-              "assistant": f"{args.model} decoder layers {layers} (untrained)", "files": len(paths),
+    report = {"machine": machine_info(pair.device), "model": args.model, "assistant": str(assistant), "files": len(paths),
               "audio_seconds": audio_seconds, "results": []}
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
         entry = {"batch_size": batch}

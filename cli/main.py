@@ -14,6 +14,15 @@ def _error(message: str) -> None:
     print(f"{PROG}: error: {message}", file=sys.stderr)
 
 
+def _add_draft_options(group) -> None:
+    # the defaults are DecodingOptions' (tests/test_cli.py checks), not imported: --help stays torch-free
+    group.add_argument("--draft-tokens", "-k", type=int, default=4,
+                       help="most tokens the assistant drafts per round (default: %(default)s)")
+    group.add_argument("--draft-confidence", type=float, default=0.8,
+                       help="a row stops drafting for the round after a draft the assistant gives less "
+                            "probability than this; 0 drafts all k (default: %(default)s)")
+
+
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     from whisper_spec.models import DEFAULT_MODEL
 
@@ -42,8 +51,7 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--temperature", type=float, default=0.0, help="0 for greedy (default: %(default)s)")
     group.add_argument("--seed", type=int, default=None, help="random seed for sampling")
     group.add_argument("--batch-size", "-b", type=int, default=4, help="30 s windows decoded together (default: 4)")
-    group.add_argument("--draft-tokens", "-k", type=int, default=5,
-                       help="tokens the assistant drafts per round (default: %(default)s)")
+    _add_draft_options(group)
     group.add_argument("--adaptive-draft", action="store_true",
                        help="per row: draft 2 more after full acceptance, 1 fewer after a rejection")
     group.add_argument("--timestamps", action=argparse.BooleanOptionalAction, default=None,
@@ -147,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(bench)
     runs = bench.add_argument_group("configurations")
     runs.add_argument("--batch-sizes", default="1,4", help="comma-separated (default: %(default)s)")
-    runs.add_argument("--draft-tokens", "-k", type=int, default=5)
+    _add_draft_options(runs)
     runs.add_argument("--repeats", type=int, default=3, help="timed repeats, median reported (default: %(default)s)")
     runs.add_argument("--peers", default="transformers,faster-whisper",
                       help="comma-separated peers to run where installed, or none (default: %(default)s)")
@@ -219,7 +227,8 @@ def _setup(args):
         raise ValueError("--batch-size must be at least 1")
     options = DecodingOptions(
         task=args.task, language=args.language, temperature=args.temperature, timestamps=timestamps,
-        draft_tokens=args.draft_tokens, adaptive_draft=args.adaptive_draft, seed=args.seed,
+        draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, adaptive_draft=args.adaptive_draft,
+        seed=args.seed,
     )
     chunking = ChunkingOptions(chunk_length=args.chunk_length, overlap=args.overlap)
     pair = load_from_args(args, note)
@@ -326,7 +335,7 @@ def cmd_export(args) -> int:
         _error(f"{args.assistant}: not a distilled assistant directory (no assistant.json)")
         return 2
     try:
-        pair = load_pair(args.main or DEFAULT_MODEL, args.assistant)
+        pair = load_pair(args.main or DEFAULT_MODEL, args.assistant, assistant_int8=False)  # its stored weights
     except (ValueError, FileNotFoundError) as error:
         _error(str(error))
         return 2
@@ -344,7 +353,7 @@ def cmd_bench(args) -> int:
         batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
         peers = () if args.peers == "none" else tuple(p for p in args.peers.split(",") if p)
         options = BenchOptions(batch_sizes=batch_sizes, int8=args.int8, peers=peers, repeats=args.repeats,
-                               draft_tokens=args.draft_tokens, task=args.task)
+                               draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, task=args.task)
         sets = args.sets.split(",") if args.sets else None
         utterances = load_utterances(args.source, config=args.config, split=args.split, sets=sets, limit=args.limit,
                                      language=args.language)

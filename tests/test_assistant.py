@@ -1,6 +1,7 @@
 """The shipped assistant for whisper base: it loads, pairs with base, and the output stays exact."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -54,11 +55,17 @@ def test_shipped_assistant_is_exact_and_accepted(shipped, batch_size):
     assert accepted / drafted > 0.6  # an untrained two-layer assistant accepts about 0.01
 
 
-def test_shipped_assistant_is_exact_on_other_languages_and_with_timestamps(shipped):
+def test_shipped_assistant_drafts_only_for_its_languages_and_is_exact_in_all(shipped):
     _, pair = shipped
-    mel = mel_of(OTHERS)
+    assert pair.assistant.draft_languages == ("en",)
+    mel = mel_of([speech(ENGLISH[0])] + OTHERS)
+    drafting_everywhere = replace(pair, assistant=replace(pair.assistant, draft_languages=None))
     for options in (DecodingOptions(), DecodingOptions(timestamps=True)):
         alone, _ = decode_windows(pair, mel, options, use_assistant=False)
-        spec, _ = decode_windows(pair, mel, options)
-        assert [r.tokens for r in spec] == [r.tokens for r in alone]
-        assert [r.language for r in spec] == [r.language for r in alone]
+        for candidate in (pair, drafting_everywhere):
+            spec, _ = decode_windows(candidate, mel, options)
+            assert [r.tokens for r in spec] == [r.tokens for r in alone]
+            assert [r.language for r in spec] == [r.language for r in alone]
+            others_drafted = candidate is drafting_everywhere
+            assert [r.stats.drafted > 0 for r in spec] == [True] + [others_drafted] * (len(spec) - 1)
+        assert alone[0].language == "en" and all(r.language != "en" for r in alone[1:])

@@ -94,6 +94,15 @@ def test_unknown_language_and_help(capsys):
     assert "--draft-tokens" in capsys.readouterr().out
 
 
+def test_draft_defaults_are_the_decoding_options_defaults():
+    from whisper_spec.cli.main import build_parser
+    from whisper_spec.decoding import DecodingOptions
+
+    for command in (["transcribe", "x.wav"], ["bench", "x.jsonl"]):
+        args = build_parser().parse_args(command)
+        assert (args.draft_tokens, args.draft_confidence) == (DecodingOptions.draft_tokens, DecodingOptions.draft_confidence)
+
+
 def test_models_lists_embedded_defaults(capsys):
     assert main(["models", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}

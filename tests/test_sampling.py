@@ -42,7 +42,7 @@ def sample_pairs(pair, mel, use_assistant, seed):
     counts = {}
     for repeat in range(REPEATS):
         options = DecodingOptions(language="en", temperature=TEMPERATURE, max_length=6, draft_tokens=3,
-                                  seed=seed + repeat)
+                                  draft_confidence=0, seed=seed + repeat)
         results, stats = decode_windows(pair, mel.expand(ROWS, -1, -1), options, use_assistant=use_assistant)
         for r in results:
             key = (r.tokens[0], r.tokens[1]) if len(r.tokens) >= 2 else (r.tokens[0] if r.tokens else 50, None)

@@ -51,6 +51,13 @@ def test_base_timestamps_translate_and_adaptive_draft_are_exact(base_with_layer_
     assert_identical(base_with_layer_subset, clip_mel[1:3], DecodingOptions(task="translate", language="de"))
 
 
+def test_confidence_stopped_drafts_are_exact_and_better_accepted(base_with_layer_subset, clip_mel):
+    _, _, every = assert_identical(base_with_layer_subset, clip_mel, DecodingOptions(draft_tokens=6, draft_confidence=0))
+    _, _, confident = assert_identical(base_with_layer_subset, clip_mel, DecodingOptions(draft_tokens=6, draft_confidence=0.5))
+    assert confident.drafted < every.drafted
+    assert confident.acceptance > every.acceptance
+
+
 @pytest.mark.parametrize("batch", [1, 2, 3, 4, 7])
 @pytest.mark.parametrize("noise", [0.05, 0.5])
 def test_random_models_rows_accept_and_finish_differently(batch, noise):
@@ -58,13 +65,17 @@ def test_random_models_rows_accept_and_finish_differently(batch, noise):
     pair = WhisperPair(main, perturbed_decoder(main, noise, seed=1), torch.device("cpu"), torch.float32)
     torch.manual_seed(batch)
     mel = torch.randn(batch, 80, 3000)
-    for options in (DecodingOptions(language="en", timestamps=True, draft_tokens=3),
-                    DecodingOptions(language="fr", draft_tokens=5, adaptive_draft=True, max_draft_tokens=8),
-                    DecodingOptions(language="nl", draft_tokens=1)):
+    # a random assistant is never confident: these draft all k (confidence 0), the last stops early
+    for options in (DecodingOptions(language="en", timestamps=True, draft_tokens=3, draft_confidence=0),
+                    DecodingOptions(language="fr", draft_tokens=5, adaptive_draft=True, max_draft_tokens=8,
+                                    draft_confidence=0),
+                    DecodingOptions(language="nl", draft_tokens=1, draft_confidence=0),
+                    DecodingOptions(language="de", draft_tokens=6, draft_confidence=0.3)):
         main_only, speculative, stats = assert_identical(pair, mel, options)
     if batch >= 4:
         # the setup really exercises per-row state: rows end at different steps and accept differently
-        main_only, speculative, _ = assert_identical(pair, mel, DecodingOptions(language="en", timestamps=True))
+        main_only, speculative, _ = assert_identical(pair, mel, DecodingOptions(language="en", timestamps=True,
+                                                                                 draft_confidence=0))
         assert len({len(r.tokens) for r in main_only}) > 1
         assert len({r.stats.accepted for r in speculative}) > 1
 

@@ -2,7 +2,8 @@
 tools people would use instead), WER with Whisper's normalizers, and a hard exactness check.
 
 Timing discipline: audio is decoded before any timing; every configuration runs once as warm-up;
-configurations are interleaved within each repeat and the median over repeats is reported.
+within each repeat every configuration runs on a block of utterances (a multiple of every batch
+size) before the next block, so drifts in machine speed hit all alike; medians over repeats.
 Generation time covers features, encoder and decoder.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import platform
 import statistics
@@ -29,7 +31,7 @@ from tqdm import tqdm
 from .audio import CHUNK_SECONDS, SAMPLE_RATE, load_audio, log_mel_spectrogram, pad_or_trim
 from .batch import collect_jobs
 from .decoding import DecodingOptions, DecodingStats, decode_windows
-from .loader import WhisperPair
+from .loader import WhisperPair, decoder_precision, load_pair
 
 REPORT_VERSION = 1
 
@@ -52,7 +54,8 @@ class BenchOptions:
     int8: bool = False  # add int8 configurations (main-only and speculative)
     peers: tuple[str, ...] = ("transformers", "faster-whisper")  # those installed run too
     repeats: int = 3
-    draft_tokens: int = 5
+    draft_tokens: int = DecodingOptions.draft_tokens
+    draft_confidence: float = DecodingOptions.draft_confidence
     task: str = "transcribe"
 
 
@@ -228,10 +231,11 @@ def _mel(pair: WhisperPair, batch: list[Utterance]) -> torch.Tensor:
     return log_mel_spectrogram(audio, pair.main.dims.n_mels)
 
 
-def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, options: BenchOptions, limit=None):
-    decoding = DecodingOptions(task=options.task, draft_tokens=options.draft_tokens)
+def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, options: BenchOptions):
+    decoding = DecodingOptions(task=options.task, draft_tokens=options.draft_tokens,
+                               draft_confidence=options.draft_confidence)
     tokens, texts, stats, per_utterance = [], [], DecodingStats(), []
-    for rows in _batches(min(len(utterances), limit or len(utterances)), config.batch_size):
+    for rows in _batches(len(utterances), config.batch_size):
         batch = [utterances[i] for i in rows]
         results, batch_stats = decode_windows(pair, _mel(pair, batch), decoding, languages=[u.language for u in batch],
                                               use_assistant=config.speculative)
@@ -255,14 +259,17 @@ class TransformersPeer:
         self.model.eval()
         self.assistant = None
         if pair.assistant is not None and pair.shares_encoder:
-            exported = save_model(pair.assistant, workdir / "assistant-hf", decoder_only=True)
+            # the assistant as stored (ours may draft in int8): reloaded float for the export
+            stored = load_pair(pair.main.path, pair.assistant.name, dtype=pair.dtype, device=pair.device,
+                               assistant_int8=False).assistant
+            exported = save_model(stored, workdir / "assistant-hf", decoder_only=True)
             self.assistant = WhisperForCausalLM.from_pretrained(exported, dtype=pair.dtype).to(pair.device).eval()
 
     @torch.inference_mode()
-    def run(self, utterances: list[Utterance], config: Config, options: BenchOptions, languages: list[str], limit=None):
+    def run(self, utterances: list[Utterance], config: Config, options: BenchOptions, languages: list[str]):
         tokens, texts = [], []
         special = self.pair.main.special
-        for rows in _batches(min(len(utterances), limit or len(utterances)), config.batch_size):
+        for rows in _batches(len(utterances), config.batch_size):
             mel = _mel(self.pair, [utterances[i] for i in rows]).to(self.pair.dtype)
             kwargs = {}
             if special.multilingual:
@@ -292,9 +299,9 @@ class FasterWhisperPeer:
         self.model = WhisperModel(str(ct2_dir), device=device.type, compute_type=self.compute_type,
                                   cpu_threads=torch.get_num_threads())
 
-    def run(self, utterances, config: Config, options: BenchOptions, languages, limit=None):
+    def run(self, utterances, config: Config, options: BenchOptions, languages):
         tokens, texts = [], []
-        for i in range(min(len(utterances), limit or len(utterances))):
+        for i in range(len(utterances)):
             segments, _ = self.model.transcribe(
                 utterances[i].audio, language=languages[i], task=options.task, beam_size=1, temperature=0.0,
                 without_timestamps=True, condition_on_previous_text=False, vad_filter=False,
@@ -392,7 +399,8 @@ def machine_info(device: torch.device) -> dict:
 def run_bench(pair: WhisperPair, utterances: list[Utterance], options: BenchOptions = BenchOptions(), *,
               model: str = "base", int8_pair: WhisperPair | None = None, data: dict | None = None,
               progress: bool = True) -> dict:
-    """Every configuration over every utterance, interleaved, `repeats` times; the report as a dict."""
+    """Every configuration over every utterance, interleaved per block of utterances, `repeats`
+    times; the report as a dict."""
     note = (lambda m: tqdm.write(f"bench: {m}", file=sys.stderr)) if progress else (lambda m: None)
     long = [u.id for u in utterances if u.seconds > CHUNK_SECONDS]
     if long:
@@ -406,31 +414,53 @@ def run_bench(pair: WhisperPair, utterances: list[Utterance], options: BenchOpti
         runs = {c.name: Run() for c in configs}
         languages = _languages_of(pair, utterances)  # given, or the main model's detection; peers get them too
 
-        def execute(config: Config, limit=None):
+        def execute(config: Config, rows: range):
+            subset = [utterances[i] for i in rows]
             if config.engine == "whisper-spec":
-                return _run_ours(int8_pair if config.int8 else pair, utterances, config, options, limit)
-            tokens, texts = peers[config.engine].run(utterances, config, options, languages, limit)
+                return _run_ours(int8_pair if config.int8 else pair, subset, config, options)
+            tokens, texts = peers[config.engine].run(subset, config, options, [languages[i] for i in rows])
             return tokens, texts, None, []
 
-        bar = tqdm(total=len(configs) * (options.repeats + 1), desc="bench", unit="run", disable=not progress)
-        for repeat in range(-1, options.repeats):  # -1: warm-up on one batch each
-            for config in configs:
-                sync(pair.device)
-                with PeakMemory(pair.device) as memory:
-                    start = time.perf_counter()
-                    tokens, texts, stats, per_utterance = execute(config, limit=config.batch_size if repeat < 0 else None)
+        # every configuration runs on one block of utterances before the next block, so slow
+        # drifts of the machine's speed hit all configurations alike
+        block = math.lcm(*(c.batch_size for c in configs))
+        blocks = [range(i, min(i + block, len(utterances))) for i in range(0, len(utterances), block)]
+        bar = tqdm(total=len(configs) * (options.repeats * len(blocks) + 1), desc="bench", unit="run",
+                   disable=not progress)
+        for config in configs:  # warm-up: one batch each
+            execute(config, range(min(config.batch_size, len(utterances))))
+            bar.update()
+        for _ in range(options.repeats):
+            parts = {c.name: Run(stats=DecodingStats() if c.engine == "whisper-spec" else None) for c in configs}
+            seconds = {c.name: [0.0, 0.0, 0.0] for c in configs}  # total, encoder, decoding
+            for rows in blocks:
+                for config in configs:
                     sync(pair.device)
-                    elapsed = time.perf_counter() - start
-                bar.update()
-                if repeat < 0:
-                    continue
-                run = runs[config.name]
-                run.tokens, run.texts, run.stats, run.per_utterance = tokens, texts, stats, per_utterance
-                run.total_seconds.append(elapsed)
-                if stats is not None:
-                    run.encoder_seconds.append(stats.encoder_seconds)
-                    run.decoding_seconds.append(stats.decoding_seconds)
-                run.peak_memory_bytes = max(run.peak_memory_bytes or 0, memory.peak)
+                    with PeakMemory(pair.device) as memory:
+                        start = time.perf_counter()
+                        tokens, texts, stats, per_utterance = execute(config, rows)
+                        sync(pair.device)
+                        elapsed = time.perf_counter() - start
+                    bar.update()
+                    part = parts[config.name]
+                    part.tokens += tokens
+                    part.texts += texts
+                    part.per_utterance += per_utterance
+                    seconds[config.name][0] += elapsed
+                    if stats is not None:
+                        part.stats.add(stats)
+                        seconds[config.name][1] += stats.encoder_seconds
+                        seconds[config.name][2] += stats.decoding_seconds
+                    part.peak_memory_bytes = max(part.peak_memory_bytes or 0, memory.peak)
+            for config in configs:
+                run, part = runs[config.name], parts[config.name]
+                run.tokens, run.texts, run.stats, run.per_utterance = part.tokens, part.texts, part.stats, part.per_utterance
+                total, encoder, decoding = seconds[config.name]
+                run.total_seconds.append(total)
+                if part.stats is not None:
+                    run.encoder_seconds.append(encoder)
+                    run.decoding_seconds.append(decoding)
+                run.peak_memory_bytes = max(run.peak_memory_bytes or 0, part.peak_memory_bytes)
         bar.close()
     report = build_report(pair, utterances, configs, runs, options, model, data or {}, languages)
     report["int8_kernel"] = int8_pair.int8_kernel if int8_pair is not None else None
@@ -503,6 +533,7 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
         "machine": machine_info(pair.device),
         "model": model,
         "assistant": pair.assistant.name if pair.assistant is not None else None,
+        "assistant_precision": decoder_precision(pair.assistant) if pair.assistant is not None else None,
         "dtype": str(pair.dtype).removeprefix("torch."),
         "int8_kernel": None,
         "options": asdict(options),

@@ -34,8 +34,9 @@ class DecodingOptions:
     temperature: float = 0.0  # 0: greedy
     timestamps: bool = False  # predict segment timestamps (Whisper's timestamp rules apply)
     max_length: int | None = None  # total decoder tokens including the prompt; default: the model's 448
-    draft_tokens: int = 5  # drafted per round and row; ignored without an assistant
+    draft_tokens: int = 4  # most drafted per round and row; ignored without an assistant
     adaptive_draft: bool = False  # per row: +2 after a fully accepted round, -1 after a rejection
+    draft_confidence: float = 0.8  # a row stops drafting for the round after a draft the assistant gives less probability
     max_draft_tokens: int = 16  # cap for the adaptive draft length
     seed: int | None = None  # for sampling
 
@@ -46,6 +47,8 @@ class DecodingOptions:
             raise ValueError("temperature must be >= 0")
         if self.draft_tokens < 0 or self.max_draft_tokens < max(1, self.draft_tokens if self.adaptive_draft else 1):
             raise ValueError("draft_tokens must be >= 0 and max_draft_tokens >= draft_tokens")
+        if not 0 <= self.draft_confidence < 1:
+            raise ValueError("draft_confidence must be in [0, 1)")
 
 
 @dataclass
@@ -230,10 +233,10 @@ def encode(pair: WhisperPair, mel: Tensor, assistant_mel: Tensor | None, stats: 
     stats.encoder_seconds += time.perf_counter() - start
 
 
-def accept_greedy(logits: Tensor, drafts: Tensor, eligible: Tensor) -> tuple[Tensor, Tensor]:
+def accept_greedy(target: Tensor, drafts: Tensor, eligible: Tensor) -> tuple[Tensor, Tensor]:
     """Per row: how many drafts equal the main model's argmax in a row, and the main model's
-    token after them. logits: [batch, k + 1, vocab] (processed); drafts, eligible: [batch, k]."""
-    target = logits.argmax(dim=-1)
+    token after them. target: [batch, k + 1] the main model's argmax (of processed logits);
+    drafts, eligible: [batch, k]."""
     agree = (drafts == target[:, : drafts.shape[1]]) & eligible
     n_accepted = agree.long().cumprod(dim=1).sum(dim=1)
     return n_accepted, target.gather(1, n_accepted[:, None])[:, 0]
@@ -337,7 +340,11 @@ def decode_encoded(
     length = torch.full((batch,), prompt_length, device=device)  # accepted tokens per row, prompt included
     main_cached = torch.zeros_like(length)  # positions below this hold valid main keys and values
     assistant_cached = torch.zeros_like(length)
-    draft_length = torch.full((batch,), options.draft_tokens if assistant is not None else 0, device=device)
+    # rows in a language the assistant was not trained for would reject nearly every draft
+    drafting = torch.tensor([assistant is not None and (assistant.draft_languages is None
+                                                        or language in assistant.draft_languages)
+                             for language in languages], device=device)
+    draft_length = torch.where(drafting, options.draft_tokens, 0)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     hit_max = torch.zeros_like(done)
     counts = torch.zeros(batch, 5, dtype=torch.long, device=device)  # drafted, accepted, generated, main and assistant forwards
@@ -346,9 +353,10 @@ def decode_encoded(
     while not bool(done.all()):
         active = ~done
         k = int(draft_length[active].max()) if assistant is not None else 0
-        steps = torch.arange(k + 1, device=device)
 
-        # draft k tokens per row with the assistant
+        # draft up to k tokens per row with the assistant; a row unsure of its last draft stops
+        # there, as its later drafts would mostly be rejected yet cost a step and a verified row
+        round_drafts = draft_length.clone()
         draft_probs = []
         for j in range(k):
             current = length + j
@@ -364,23 +372,36 @@ def decode_encoded(
                 draft_probs.append(probs)
             tokens[rows, current] = draft
             stats.assistant_forwards += 1
+            if options.draft_confidence > 0:
+                confidence = torch.softmax(logits, dim=-1).gather(1, draft[:, None])[:, 0]
+                round_drafts = torch.where(confidence < options.draft_confidence,
+                                           round_drafts.clamp(max=j + 1), round_drafts)
+                if not bool((round_drafts[active] > j + 1).any()):
+                    k = j + 1
+                    break
+        steps = torch.arange(k + 1, device=device)
 
-        # verify: the main decoder scores the last accepted token and every draft in one pass
+        # verify: the main decoder scores the last accepted token and every draft in one pass;
+        # logits only where the round can end: each active row's drafts and the position after them
         width = int((length - main_cached)[active].max()) + k
         window, positions = _window(tokens, (length + k - width).clamp(min=0), width)
-        logits = main.decoder(window, positions, n_logits=k + 1)
+        hidden = main.decoder.features(window, positions)[:, -(k + 1):]
         stats.main_forwards += 1
-        vocab = logits.shape[-1]
-        prefix = (length[:, None] + steps).reshape(-1)
-        logits = rules(logits.reshape(-1, vocab), tokens.repeat_interleave(k + 1, dim=0), prefix)
-        logits = logits.view(batch, k + 1, vocab)
+        scored = (steps <= round_drafts[:, None]) & active[:, None]
+        flat = scored.view(-1)
+        logits = rules(main.decoder.logits(hidden[scored]), tokens.repeat_interleave(k + 1, dim=0)[flat],
+                       (length[:, None] + steps).view(-1)[flat])
         drafts = tokens.gather(1, length[:, None] + steps[:k])
-        eligible = steps[:k] < draft_length[:, None]
+        eligible = steps[:k] < round_drafts[:, None]
 
         if generator is None:
-            n_accepted, next_token = accept_greedy(logits, drafts, eligible)
+            target = torch.full((batch, k + 1), special.eot, device=device)
+            target[scored] = logits.argmax(dim=-1)
+            n_accepted, next_token = accept_greedy(target, drafts, eligible)
         else:
-            p = torch.softmax(logits / options.temperature, dim=-1)
+            p = torch.zeros(batch, k + 1, logits.shape[-1], device=device)
+            p[scored] = torch.softmax(logits / options.temperature, dim=-1)
+            p[~scored, special.eot] = 1.0  # rows that are done: any distribution, never used
             q = torch.stack(draft_probs, dim=1) if k else None
             n_accepted, next_token = accept_sampled(p, q, drafts, eligible, generator)
 
@@ -395,7 +416,7 @@ def decode_encoded(
 
         # drafts past a row's end (EOT or max length) are not counted as drafted
         finishing = ended | (length + new >= max_length)
-        drafted = torch.where(finishing, torch.minimum(draft_length, new), draft_length) * active
+        drafted = torch.where(finishing, torch.minimum(round_drafts, new), round_drafts) * active
         accepted = torch.minimum(n_accepted, drafted)
         counts += torch.stack([drafted, accepted, new, active.long(), k * active.long()], dim=1)
         by_position[0, :, :k] += drafted[:, None] > steps[:k]
@@ -407,8 +428,8 @@ def decode_encoded(
         hit_max |= active & ~ended & (length >= max_length)
         done |= ended | (length >= max_length)
         if options.adaptive_draft and assistant is not None:
-            grown = torch.where(n_accepted >= draft_length, draft_length + 2, (draft_length - 1).clamp(min=1))
-            draft_length = torch.where(active, grown.clamp(max=max_draft), draft_length)
+            grown = torch.where(n_accepted >= round_drafts, draft_length + 2, (draft_length - 1).clamp(min=1))
+            draft_length = torch.where(active & drafting, grown.clamp(max=max_draft), draft_length)
 
     _sync(device)
     stats.decoding_seconds += time.perf_counter() - start_time

@@ -18,6 +18,7 @@ from .loader import (
     BLOCK_NAMES,
     CROSS_NAMES,
     WhisperModel,
+    decoder_precision,
     decoder_state,
     is_distilled_assistant,
     load_model,
@@ -76,6 +77,8 @@ def save_model(model: WhisperModel, output_dir: str | Path, *, decoder_only: boo
                dtype: torch.dtype | None = None) -> Path:
     """Write model as a Hugging Face directory: WhisperForCausalLM when decoder_only (or when it
     has no encoder), else WhisperForConditionalGeneration. Config files come from model.path."""
+    if decoder_precision(model).startswith("int8"):
+        raise ValueError(f"{model.name}: int8 decoders are written by save_int8; load it float (assistant_int8=False) to export")
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     decoder_only = decoder_only or model.encoder is None

@@ -52,6 +52,9 @@ class WhisperModel:
     text: TextDecoder
     decoder: Decoder
     encoder: Encoder | None  # None for a decoder-only assistant
+    # as an assistant: the languages it drafts for (a distilled one: those it was trained on;
+    # other rows are decoded by the main model alone); None: every language
+    draft_languages: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -71,6 +74,13 @@ class WhisperPair:
         if not isinstance(self.main.decoder.proj_out, Int8Linear):
             return None
         return kernel_for(self.device.type, self.dtype)
+
+
+def decoder_precision(model: WhisperModel) -> str:
+    """'float32', 'bfloat16', ... or 'int8/bfloat16' (int8 linears, bfloat16 activations)."""
+    decoder = model.decoder
+    dtype = str(decoder.dtype).removeprefix("torch.")
+    return f"int8/{dtype}" if isinstance(decoder.blocks[0].mlp.fc1, Int8Linear) else dtype
 
 
 def read_dims(config: dict) -> ModelDims:
@@ -328,7 +338,9 @@ def load_distilled(path: Path, main: WhisperModel, dtype, device, int8: bool = F
     if left:
         raise ValueError(f"{path}: weights missing from model.safetensors: {left[:5]}")
     # its configuration and tokenizer files are the main model's
-    return WhisperModel(str(path), main.path, dims, main.special, main.text, decoder, None)
+    languages = config.get("training", {}).get("training_data", {}).get("languages")
+    return WhisperModel(str(path), main.path, dims, main.special, main.text, decoder, None,
+                        tuple(languages) if languages else None)
 
 
 def output_rows(decoder: Decoder, token_ids: torch.Tensor, int8: bool = False) -> torch.nn.Module:

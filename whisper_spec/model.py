@@ -121,10 +121,10 @@ class KVCache(nn.Module):
 
 
 def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """Attention written out rather than F.scaled_dot_product_attention: its fused CPU kernels pick
-    blockings by query count, so one position's output depends on how many are computed at once.
-    These matmuls and the float32 softmax are row-invariant in bfloat16 on CPU, which with a
-    full-cache key span makes a verified position's logits those of a one-token step, bit for bit."""
+    """Attention written out rather than F.scaled_dot_product_attention, whose fused CPU kernels
+    pick blockings by query count, so that one position's output would depend on how many are
+    computed at once. With a full-cache key span and row-invariant matmuls, a verified position's
+    logits are those of a one-token step, bit for bit (see _attention_by_query for CPU)."""
     scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -270,7 +270,7 @@ class Decoder(nn.Module):
     @property
     def attention_dtype(self) -> torch.dtype:
         """Keys, values and attention: float32 on CPU, whose half-precision batched matmuls are
-        unvectorised (5-10x slower here); the activation dtype elsewhere."""
+        unvectorised (several times slower); the activation dtype elsewhere."""
         return torch.float32 if self.positional_embedding.device.type == "cpu" else self.dtype
 
     def setup_caches(self, batch: int, n_ctx: int) -> None:
@@ -308,11 +308,13 @@ class Decoder(nn.Module):
             x = block(x, positions, mask)
         return self.ln(x)
 
-    def forward(self, tokens: Tensor, positions: Tensor, n_logits: int | None = None) -> Tensor:
-        """tokens, positions: [batch, T] -> logits [batch, n_logits or T, vocab] in float32."""
-        x = self.features(tokens, positions)
-        if n_logits is not None:
-            x = x[:, -n_logits:]
+    def logits(self, x: Tensor) -> Tensor:
+        """Final hidden states [..., d_model] -> logits [..., vocab] in float32."""
         if self.proj_out is not None:
             return self.proj_out(x).float()
         return F.linear(x, self.token_embedding.weight).float()
+
+    def forward(self, tokens: Tensor, positions: Tensor, n_logits: int | None = None) -> Tensor:
+        """tokens, positions: [batch, T] -> logits [batch, n_logits or T, vocab] in float32."""
+        x = self.features(tokens, positions)
+        return self.logits(x if n_logits is None else x[:, -n_logits:])
