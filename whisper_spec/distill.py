@@ -177,9 +177,10 @@ def choose_draft_vocab(main: WhisperModel, examples: list[_Example], size: int) 
     mass = torch.zeros(main.dims.n_vocab)
     for e in examples:
         mass.index_add_(0, e.top_ids.reshape(-1), torch.softmax(e.top_logits, dim=-1).reshape(-1))
-    mass[list(special.suppress)] = 0
-    ranked = [t for t in mass.argsort(descending=True, stable=True).tolist() if mass[t] > 0]
-    fill = ranked + [t for t in range(special.eot) if t not in set(special.suppress)]
+    suppressed = set(special.suppress)
+    mass[list(suppressed)] = 0
+    order = mass.argsort(descending=True, stable=True)
+    fill = order[mass[order] > 0].tolist() + [t for t in range(special.eot) if t not in suppressed]
     for token in fill:
         if len(chosen) >= size:
             break
