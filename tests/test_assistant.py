@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from conftest import manifest, mel_of, speech
-from whisper_spec.decoding import DecodingOptions, decode_windows
+from whisper_spec.audio import N_FRAMES, load_audio, log_mel_spectrogram, pad_or_trim, signal_frames
+from whisper_spec.decoding import DecodingOptions, DecodingStats, decode_windows, encode
 from whisper_spec.loader import load_pair
 from whisper_spec.models import default_assistant
 from whisper_spec.quantize import Int8Linear
@@ -69,3 +70,30 @@ def test_shipped_assistant_drafts_only_for_its_languages_and_is_exact_in_all(shi
             others_drafted = candidate is drafting_everywhere
             assert [r.stats.drafted > 0 for r in spec] == [True] + [others_drafted] * (len(spec) - 1)
         assert alone[0].language == "en" and all(r.language != "en" for r in alone[1:])
+
+
+def test_assistant_cross_attends_to_the_audio_not_the_padding(shipped):
+    """Padding is found from the features alone; the distilled assistant skips it, the main
+    model (which must stay exact) and a full-model assistant do not."""
+    _, pair = shipped
+    audio = [load_audio(speech(p)) for p in ENGLISH[:2]]
+    windows = torch.stack([pad_or_trim(torch.from_numpy(a)) for a in audio] + [torch.zeros(16000 * 30)])
+    frames = signal_frames(log_mel_spectrogram(windows, 80)).tolist()
+    for a, n in zip(audio, frames):
+        assert abs(n - len(a) / 160) <= 2, (n, len(a))
+    assert frames[2] == 0
+    long_form = next(r["path"] for r in manifest() if r["set"] == "longform")
+    full = pad_or_trim(torch.from_numpy(load_audio(speech(long_form))))
+    assert signal_frames(log_mel_spectrogram(full[None], 80)).tolist() == [N_FRAMES]
+
+    mel = log_mel_spectrogram(windows[:2], 80)
+    encode(pair, mel, None, DecodingStats())
+    longest = max(frames[:2]) / 2
+    main_k = pair.main.decoder.blocks[0].cross_attn.cross_kv[0]
+    assistant_k = pair.assistant.decoder.blocks[0].cross_attn.cross_kv[0]
+    assert main_k.shape[2] == 1500
+    assert longest < assistant_k.shape[2] <= longest + 51
+    assert torch.equal(assistant_k, main_k[:, :, : assistant_k.shape[2]])
+    full_assistant = load_pair("base", "base", assistant_encoder="shared")
+    encode(full_assistant, mel, None, DecodingStats())
+    assert full_assistant.assistant.decoder.blocks[0].cross_attn.cross_kv[0].shape[2] == 1500

@@ -73,12 +73,12 @@ def test_int8_pair_is_exact_and_uses_the_fused_kernel(int8_pair):
                 assert stats.drafted > 0
 
 
-@pytest.mark.parametrize("int8", [True, False], ids=["int8", "bfloat16"])
+@pytest.mark.parametrize("precision", ["int8", "bfloat16", "float32"])
 @torch.inference_mode()
-def test_positions_scored_together_get_the_logits_of_one_token_steps(int8_pair, int8):
-    """What makes half-precision verification exact by construction: scoring several positions in
-    one call gives each the logits a one-token step gives it, bit for bit."""
-    pair = int8_pair if int8 else load_pair("base", dtype="bfloat16")
+def test_positions_scored_together_get_the_logits_of_one_token_steps(int8_pair, base_pair, precision):
+    """What makes verification exact by construction: scoring several positions in one call gives
+    each the logits a one-token step gives it, bit for bit."""
+    pair = {"int8": int8_pair, "float32": base_pair}.get(precision) or load_pair("base", dtype=precision)
     decoder = pair.main.decoder
     decoder.set_cross(pair.main.encoder(mel_of(CLIPS[:2])))
     prompt = pair.main.special.prompt("en", "transcribe", False)

@@ -75,6 +75,15 @@ def log_mel_spectrogram(windows: torch.Tensor, n_mels: int) -> torch.Tensor:
     return (log_spec + 4.0) / 4.0
 
 
+def signal_frames(mel: torch.Tensor) -> torch.Tensor:
+    """Per row of [batch, n_mels, frames] features: the frames up to the end of the audio. The
+    zero padding after it sits at the row's floor value in every band; audio, even silence from
+    a microphone, does not."""
+    above_floor = (mel > mel.amin(dim=(1, 2), keepdim=True)).any(dim=1)
+    last = above_floor.shape[1] - above_floor.flip(1).int().argmax(dim=1)
+    return torch.where(above_floor.any(dim=1), last, 0)
+
+
 def pad_or_trim(audio: torch.Tensor, length: int = N_SAMPLES) -> torch.Tensor:
     if audio.shape[-1] >= length:
         return audio[..., :length]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
+from .audio import signal_frames
 from .loader import WhisperModel, WhisperPair
 from .tokenizer import SpecialTokens
 
@@ -216,6 +217,17 @@ def _ensure_cache(model: WhisperModel, batch: int, n_ctx: int) -> None:
         model.decoder.setup_caches(batch, n_ctx)
 
 
+def assistant_frames(assistant: WhisperModel, mel: Tensor) -> int | None:
+    """The encoder frames the assistant attends to for this batch (None: all): up to the end of
+    the longest audio plus its margin. Its drafts need not be exact, and skipping the padding
+    after short audio halves the bytes its cross-attention reads."""
+    if assistant.audio_frame_margin is None:
+        return None
+    n_audio_ctx = assistant.dims.n_audio_ctx
+    frames = -(-int(signal_frames(mel).max()) * n_audio_ctx // mel.shape[-1])
+    return min(n_audio_ctx, frames + assistant.audio_frame_margin)
+
+
 def encode(pair: WhisperPair, mel: Tensor, assistant_mel: Tensor | None, stats: DecodingStats) -> None:
     """Run the encoder(s) once for the batch and hand their states to the decoders' cross-attention."""
     _sync(pair.device)
@@ -224,11 +236,12 @@ def encode(pair: WhisperPair, mel: Tensor, assistant_mel: Tensor | None, stats: 
         states = pair.main.encoder(mel.to(pair.device))
         pair.main.decoder.set_cross(states)
         if pair.assistant is not None:
+            n_frames = assistant_frames(pair.assistant, mel)
             if pair.shares_encoder:
-                pair.assistant.decoder.set_cross(states, main=pair.main.decoder)
+                pair.assistant.decoder.set_cross(states, main=pair.main.decoder, n_frames=n_frames)
             else:
                 own_mel = mel if assistant_mel is None else assistant_mel
-                pair.assistant.decoder.set_cross(pair.assistant.encoder(own_mel.to(pair.device)))
+                pair.assistant.decoder.set_cross(pair.assistant.encoder(own_mel.to(pair.device)), n_frames=n_frames)
     _sync(pair.device)
     stats.encoder_seconds += time.perf_counter() - start
 
@@ -362,7 +375,9 @@ def decode_encoded(
             current = length + j
             width = int((current - assistant_cached)[active].max())
             window, positions = _window(tokens, (current - width).clamp(min=0), width)
-            logits = rules(assistant.decoder(window, positions, n_logits=1)[:, 0], tokens, current)
+            # the assistant attends to the positions in use only, not the whole cache
+            span = min(int(current.max()) + 1, n_ctx)
+            logits = rules(assistant.decoder(window, positions, n_logits=1, span=span)[:, 0], tokens, current)
             assistant_cached = current.clone()
             if generator is None:
                 draft = logits.argmax(dim=-1)

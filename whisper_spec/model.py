@@ -30,12 +30,47 @@ class ModelDims:
     n_text_ffn: int
 
 
+def _onednn_packed(weight: Tensor) -> Tensor | None:
+    """oneDNN's blocked copy of a float32 CPU weight, None where oneDNN does not run.
+
+    Packed for 16 rows, the kernel computes every row alike whatever the row count (measured:
+    each row of a 1-100 row product equals that row alone, bit for bit), which F.linear's float32
+    kernels do not, and it is faster at the row counts decoding uses (base's 51865 x 512
+    projection, 2 threads: 1 / 4 / 20 rows 6 / 7 / 12 ms, against 12 / 22 / 33 ms for F.linear)."""
+    if weight.device.type != "cpu" or weight.dtype != torch.float32:
+        return None
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 16)
+    except (AttributeError, RuntimeError):
+        return None
+
+
 class Linear(nn.Linear):
-    """nn.Linear that computes in the activation dtype, so one model can hold mixed weights."""
+    """nn.Linear that computes in the activation dtype, so one model can hold mixed weights.
+    After pack(), float32 on CPU runs oneDNN's kernel on a packed copy of the weight."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_buffer("packed", None, persistent=False)
+
+    def pack(self) -> None:
+        if self.packed is None:
+            self.packed = _onednn_packed(self.weight)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.packed is not None and x.dtype == torch.float32:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         bias = None if self.bias is None else self.bias.to(x.dtype)
         return F.linear(x, self.weight.to(x.dtype), bias)
+
+    @classmethod
+    def of(cls, weight: Tensor) -> "Linear":
+        """A bias-free projection with this weight (shared, not copied), packed like it would be."""
+        with torch.device("meta"):
+            linear = cls(weight.shape[1], weight.shape[0], bias=False)
+        linear.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
+        linear.pack()
+        return linear
 
 
 def _split_heads(x: Tensor, n_head: int) -> Tensor:
@@ -120,28 +155,25 @@ class KVCache(nn.Module):
         self.v[rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)
 
 
+def _matmul_by_row(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b one row of a at a time: CPU batched matmuls are not row-invariant (their kernels
+    change with the row count), so a row's result would depend on how many are computed at once."""
+    if a.shape[-2] == 1:
+        return a @ b
+    return torch.cat([a[..., i : i + 1, :] @ b for i in range(a.shape[-2])], dim=-2)
+
+
 def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """Attention written out rather than F.scaled_dot_product_attention, whose fused CPU kernels
-    pick blockings by query count, so that one position's output would depend on how many are
-    computed at once. With a full-cache key span and row-invariant matmuls, a verified position's
-    logits are those of a one-token step, bit for bit (see _attention_by_query for CPU)."""
-    scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+    """Attention written out rather than F.scaled_dot_product_attention, whose fused kernels pick
+    blockings by query count, so that one position's output would depend on how many are computed
+    at once. With a full-cache key span and row-invariant matmuls, a verified position's logits
+    are those of a one-token step, bit for bit; on CPU the two matmuls go one query at a time for
+    that (the rest is elementwise or per row, and row-invariant anyway)."""
+    matmul = _matmul_by_row if q.device.type == "cpu" else torch.matmul
+    scores = matmul(q * (q.shape[-1] ** -0.5), k.transpose(-1, -2))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v
-
-
-def _attention_by_query(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """_decoder_attention one query position at a time. float32 CPU matmuls are not row-invariant
-    (their kernels change with the row count), so where half-precision activations meet float32
-    attention, computing each position alone keeps a verified position's result that of a
-    one-token step."""
-    if q.shape[2] == 1:
-        return _decoder_attention(q, k, v, mask)
-    return torch.cat([
-        _decoder_attention(q[:, :, i : i + 1], k, v, None if mask is None else mask[:, :, i : i + 1])
-        for i in range(q.shape[2])
-    ], dim=2)
+    return matmul(torch.softmax(scores.float(), dim=-1).to(v.dtype), v)
 
 
 class DecoderAttention(nn.Module):
@@ -173,10 +205,9 @@ class DecoderAttention(nn.Module):
             q, k, v = (_split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
             if self.kv_cache is not None:
                 self.kv_cache.write(positions, k, v)
-                k, v = self.kv_cache.k, self.kv_cache.v
+                k, v = self.kv_cache.k[:, :, : mask.shape[-1]], self.kv_cache.v[:, :, : mask.shape[-1]]
             # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
-        attention = _attention_by_query if k.dtype != x.dtype else _decoder_attention
-        attn = attention(q.to(k.dtype), k, v, None if self.cross else mask)
+        attn = _decoder_attention(q.to(k.dtype), k, v, None if self.cross else mask)
         return self.out(_merge_heads(attn).to(x.dtype))
 
 
@@ -194,33 +225,6 @@ class DecoderBlock(nn.Module):
         x = x + self.attn(self.attn_ln(x), positions, mask)
         x = x + self.cross_attn(self.cross_attn_ln(x), positions, None)
         return x + self.mlp(self.mlp_ln(x))
-
-
-class VocabProjection(nn.Module):
-    """logits = x @ weight.T for a large vocabulary, the decoder's most expensive matmul.
-
-    On CPU the GEMM's speed depends on operand layout by 2-3x at the row counts decoding uses
-    (measured on base's 51865 x 512 projection, 2 threads: one row 12 ms as F.linear, 5 ms from a
-    transposed copy; 2-8 rows 20-26 ms as F.linear, 4-10 ms as weight @ x.T). With keep_transposed
-    a transposed copy is kept for single rows (memory: one more copy of the weight). Only for
-    float32, whose CPU matmuls are not row-invariant anyway; in bfloat16 F.linear is, and stays.
-    """
-
-    def __init__(self, weight: Tensor, keep_transposed: bool):
-        super().__init__()
-        self.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
-        self.register_buffer("weight_t", weight.detach().t().contiguous() if keep_transposed else None,
-                             persistent=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        rows = x.reshape(-1, x.shape[-1]).to(self.weight.dtype)
-        if self.weight_t is not None and rows.shape[0] == 1:
-            out = rows @ self.weight_t
-        elif self.weight_t is not None and rows.shape[0] <= 8:
-            out = (self.weight @ rows.t()).t()
-        else:
-            out = F.linear(rows, self.weight)
-        return out.reshape(*x.shape[:-1], -1)
 
 
 class DraftVocabProjection(nn.Module):
@@ -279,28 +283,37 @@ class Decoder(nn.Module):
         for block in self.blocks:
             block.attn.kv_cache = KVCache(batch, self.dims.n_text_head, n_ctx, head_dim, self.attention_dtype, device)
 
-    def set_cross(self, encoder_states: Tensor, main: "Decoder | None" = None) -> None:
+    def pack(self) -> None:
+        """Pack the float32 CPU linears for oneDNN (see Linear.pack)."""
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.pack()
+
+    def set_cross(self, encoder_states: Tensor, main: "Decoder | None" = None, n_frames: int | None = None) -> None:
         """Cross-attention keys and values for these encoder states; blocks that share their
-        projection with a main decoder layer (cross_source) take that layer's, already computed."""
-        encoder_states = encoder_states.to(self.dtype)
+        projection with a main decoder layer (cross_source) take that layer's, already computed.
+        n_frames: attend to the first frames only (an assistant skipping the padding after the audio)."""
+        encoder_states = encoder_states[:, :n_frames].to(self.dtype)
         for i, block in enumerate(self.blocks):
             if main is not None and self.cross_source is not None:
-                block.cross_attn.cross_kv = main.blocks[self.cross_source[i]].cross_attn.cross_kv
+                k, v = main.blocks[self.cross_source[i]].cross_attn.cross_kv
+                block.cross_attn.cross_kv = (k[:, :, :n_frames], v[:, :, :n_frames])
             else:
                 block.cross_attn.set_cross(encoder_states, self.attention_dtype)
 
-    def features(self, tokens: Tensor, positions: Tensor) -> Tensor:
+    def features(self, tokens: Tensor, positions: Tensor, span: int | None = None) -> Tensor:
         """tokens, positions: [batch, T] -> final hidden states [batch, T, d_model].
 
         With caches, each row attends to its own cache entries at positions <= its query position;
-        without (training), to the tokens of this call. Attention always spans the whole cache:
-        a query's result then does not depend on how many positions one call computes, so the
-        verification pass gives each position the logits a one-token step would (bit for bit where
-        the matmuls are row-invariant, as the bfloat16 and int8 CPU kernels are; float32 CPU
-        matmuls are not), and no host sync is needed for the length.
+        without (training), to the tokens of this call. Attention spans the whole cache unless
+        span (> every position) limits it: a query's result then does not depend on how many
+        positions one call computes, so the verification pass gives each position the logits a
+        one-token step would (bit for bit where the matmuls are row-invariant, as the bfloat16 and
+        int8 CPU kernels are; float32 CPU matmuls are not), and no host sync is needed for the
+        length. Only an assistant, whose drafts need not be exact, passes a span.
         """
         cache = self.blocks[0].attn.kv_cache
-        kv_len = cache.k.shape[2] if cache is not None else tokens.shape[1]
+        kv_len = (span or cache.k.shape[2]) if cache is not None else tokens.shape[1]
         mask = torch.arange(kv_len, device=tokens.device) <= positions[:, None, :, None]
         x = self.token_embedding(tokens).to(self.dtype)  # an assistant may share a main embedding of another dtype
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
@@ -314,7 +327,7 @@ class Decoder(nn.Module):
             return self.proj_out(x).float()
         return F.linear(x, self.token_embedding.weight).float()
 
-    def forward(self, tokens: Tensor, positions: Tensor, n_logits: int | None = None) -> Tensor:
+    def forward(self, tokens: Tensor, positions: Tensor, n_logits: int | None = None, span: int | None = None) -> Tensor:
         """tokens, positions: [batch, T] -> logits [batch, n_logits or T, vocab] in float32."""
-        x = self.features(tokens, positions)
+        x = self.features(tokens, positions, span)
         return self.logits(x if n_logits is None else x[:, -n_logits:])
