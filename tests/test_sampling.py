@@ -1,12 +1,14 @@
 """Speculative sampling follows the main model's distribution (modified rejection sampling)."""
 
-import torch
-
 from dataclasses import replace
+
+import pytest
+import torch
 
 from conftest import RANDOM_DIMS, perturbed_decoder, random_model
 from whisper_spec.decoding import DecodingOptions, LogitRules, decode_windows
 from whisper_spec.loader import WhisperPair
+from whisper_spec.model import DraftVocabProjection, Linear
 
 TEMPERATURE = 1.5
 ROWS, REPEATS = 1000, 8  # 8000 samples of the first two tokens
@@ -74,9 +76,14 @@ def total_variation(counts, probs, n):
     return 0.5 * sum(abs(counts.get(k, 0) / n - probs.get(k, 0.0)) for k in keys)
 
 
-def test_speculative_sampling_matches_main_distribution():
+@pytest.mark.parametrize("draft_vocab", [False, True], ids=["full-vocabulary", "draft-vocabulary"])
+def test_speculative_sampling_matches_main_distribution(draft_vocab):
     main = random_model(0, dims=replace(RANDOM_DIMS, n_audio_ctx=16))  # 32 mel frames: cheap to encode
     assistant = perturbed_decoder(main, 0.6, seed=3)  # a poor assistant: many rejections
+    if draft_vocab:  # it cannot draft a third of the text tokens; the main model still samples them
+        ids = torch.tensor([t for t in range(main.dims.n_vocab) if not 30 <= t < 50])
+        weight = assistant.decoder.token_embedding.weight.detach()[ids]
+        assistant.decoder.proj_out = DraftVocabProjection(Linear.of(weight), ids, main.dims.n_vocab)
     pair = WhisperPair(main, assistant, torch.device("cpu"), torch.float32)
     torch.manual_seed(11)
     mel = torch.randn(1, 80, 32)

@@ -125,11 +125,16 @@ class LogitRules:
     beats every text token).
     """
 
-    def __init__(self, special: SpecialTokens, n_vocab: int, sample_begin: int, timestamps: bool, device):
+    def __init__(self, special: SpecialTokens, n_vocab: int, sample_begin: int, timestamps: bool, device,
+                 vocab: Tensor | None = None):
+        """vocab: the sorted token ids of the logits' columns, all timestamps among them (an
+        assistant's draft vocabulary); default: the whole vocabulary."""
         self.special = special
         self.sample_begin = sample_begin
         self.timestamps = timestamps
-        self.vocab = torch.arange(n_vocab, device=device)
+        self.vocab = torch.arange(n_vocab, device=device) if vocab is None else vocab
+        # the timestamps are the last columns
+        self.first_timestamp = int(torch.searchsorted(self.vocab, special.timestamp_begin))
         self.suppress = torch.isin(self.vocab, torch.tensor(special.suppress, dtype=torch.long, device=device))
         self.begin_suppress = torch.isin(
             self.vocab, torch.tensor(special.begin_suppress, dtype=torch.long, device=device)
@@ -176,8 +181,8 @@ class LogitRules:
             logits = logits.masked_fill(at_begin & late, NEG_INF)
 
         logprobs = torch.log_softmax(logits, dim=-1)
-        ts_mass = logprobs[:, ts_begin:].logsumexp(dim=-1)
-        best_text = logprobs[:, :ts_begin].max(dim=-1).values
+        ts_mass = logprobs[:, self.first_timestamp :].logsumexp(dim=-1)
+        best_text = logprobs[:, : self.first_timestamp].max(dim=-1).values
         return logits.masked_fill((ts_mass > best_text)[:, None] & ~is_ts_vocab, NEG_INF)
 
 
@@ -344,6 +349,10 @@ def decode_encoded(
     tokens = torch.full((batch, n_ctx + 1), special.eot, dtype=torch.long, device=device)
     tokens[:, :prompt_length] = torch.tensor(prompts, device=device)
     rules = LogitRules(special, main.dims.n_vocab, prompt_length, options.timestamps, device)
+    # an assistant with a draft vocabulary gets its rules and argmax on those columns only
+    draft_vocab = assistant.decoder.draft_vocab if assistant is not None else None
+    draft_rules = rules if draft_vocab is None else LogitRules(
+        special, main.dims.n_vocab, prompt_length, options.timestamps, device, vocab=draft_vocab)
     generator = None
     if options.temperature > 0:
         generator = torch.Generator(device=device)
@@ -377,18 +386,22 @@ def decode_encoded(
             window, positions = _window(tokens, (current - width).clamp(min=0), width)
             # the assistant attends to the positions in use only, not the whole cache
             span = min(int(current.max()) + 1, n_ctx)
-            logits = rules(assistant.decoder(window, positions, n_logits=1, span=span)[:, 0], tokens, current)
+            hidden = assistant.decoder.features(window, positions, span)[:, -1]
+            logits = draft_rules(assistant.decoder.logits(hidden, compact=True), tokens, current)
             assistant_cached = current.clone()
             if generator is None:
-                draft = logits.argmax(dim=-1)
+                choice = logits.argmax(dim=-1)
             else:
                 probs = torch.softmax(logits / options.temperature, dim=-1)
-                draft = torch.multinomial(probs, 1, generator=generator)[:, 0]
+                choice = torch.multinomial(probs, 1, generator=generator)[:, 0]
+                if draft_vocab is not None:  # the rejection rule compares full distributions
+                    probs = probs.new_zeros(batch, main.dims.n_vocab).index_copy_(1, draft_vocab, probs)
                 draft_probs.append(probs)
+            draft = choice if draft_vocab is None else draft_vocab[choice]
             tokens[rows, current] = draft
             stats.assistant_forwards += 1
             if options.draft_confidence > 0:
-                confidence = torch.softmax(logits, dim=-1).gather(1, draft[:, None])[:, 0]
+                confidence = torch.softmax(logits, dim=-1).gather(1, choice[:, None])[:, 0]
                 round_drafts = torch.where(confidence < options.draft_confidence,
                                            round_drafts.clamp(max=j + 1), round_drafts)
                 if not bool((round_drafts[active] > j + 1).any()):

@@ -321,8 +321,16 @@ class Decoder(nn.Module):
             x = block(x, positions, mask)
         return self.ln(x)
 
-    def logits(self, x: Tensor) -> Tensor:
-        """Final hidden states [..., d_model] -> logits [..., vocab] in float32."""
+    @property
+    def draft_vocab(self) -> Tensor | None:
+        """The token ids of compact logits (a draft vocabulary), None where logits are full."""
+        return self.proj_out.token_ids if isinstance(self.proj_out, DraftVocabProjection) else None
+
+    def logits(self, x: Tensor, compact: bool = False) -> Tensor:
+        """Final hidden states [..., d_model] -> logits [..., vocab] in float32; compact: only
+        the columns of draft_vocab where there is one."""
+        if compact and self.draft_vocab is not None:
+            return self.proj_out.compact(x)
         if self.proj_out is not None:
             return self.proj_out(x).float()
         return F.linear(x, self.token_embedding.weight).float()
