@@ -101,6 +101,7 @@ def _teacher_top_k(main: WhisperModel, sequences: list[list[int]], starts: list[
     width = max(map(len, sequences))
     tokens = torch.tensor([s + [main.special.eot] * (width - len(s)) for s in sequences], device=device)
     positions = torch.arange(width, device=device).expand_as(tokens)
+    main.decoder.clear_caches()  # whole sequences at once, no decoding state
     logits = main.decoder(tokens, positions)
     out = []
     for row, (sequence, start) in enumerate(zip(sequences, starts)):

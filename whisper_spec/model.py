@@ -54,6 +54,7 @@ class Linear(nn.Linear):
         self.register_buffer("packed", None, persistent=False)
 
     def pack(self) -> None:
+        """For inference: the packed copy does not follow later changes to the weight."""
         if self.packed is None:
             self.packed = _onednn_packed(self.weight)
 
@@ -163,13 +164,13 @@ def _matmul_by_row(a: Tensor, b: Tensor) -> Tensor:
     return torch.cat([a[..., i : i + 1, :] @ b for i in range(a.shape[-2])], dim=-2)
 
 
-def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, by_query: bool) -> Tensor:
     """Attention written out rather than F.scaled_dot_product_attention, whose fused kernels pick
     blockings by query count, so that one position's output would depend on how many are computed
     at once. With a full-cache key span and row-invariant matmuls, a verified position's logits
-    are those of a one-token step, bit for bit; on CPU the two matmuls go one query at a time for
-    that (the rest is elementwise or per row, and row-invariant anyway)."""
-    matmul = _matmul_by_row if q.device.type == "cpu" else torch.matmul
+    are those of a one-token step, bit for bit; by_query (decoding on CPU) runs the two matmuls
+    one query at a time for that (the rest is elementwise or per row, row-invariant anyway)."""
+    matmul = _matmul_by_row if by_query else torch.matmul
     scores = matmul(q * (q.shape[-1] ** -0.5), k.transpose(-1, -2))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -197,7 +198,7 @@ class DecoderAttention(nn.Module):
         k, v = self.kv(encoder_states).chunk(2, dim=-1)
         self.cross_kv = tuple(_split_heads(t, self.n_head).to(dtype).contiguous() for t in (k, v))
 
-    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, by_query: bool) -> Tensor:
         if self.cross:
             q = _split_heads(self.q(x), self.n_head)
             k, v = self.cross_kv
@@ -207,7 +208,7 @@ class DecoderAttention(nn.Module):
                 self.kv_cache.write(positions, k, v)
                 k, v = self.kv_cache.k[:, :, : mask.shape[-1]], self.kv_cache.v[:, :, : mask.shape[-1]]
             # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
-        attn = _decoder_attention(q.to(k.dtype), k, v, None if self.cross else mask)
+        attn = _decoder_attention(q.to(k.dtype), k, v, None if self.cross else mask, by_query)
         return self.out(_merge_heads(attn).to(x.dtype))
 
 
@@ -221,9 +222,9 @@ class DecoderBlock(nn.Module):
         self.mlp_ln = nn.LayerNorm(d_model)
         self.mlp = MLP(d_model, d_ffn)
 
-    def forward(self, x: Tensor, positions: Tensor, mask: Tensor) -> Tensor:
-        x = x + self.attn(self.attn_ln(x), positions, mask)
-        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None)
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor, by_query: bool) -> Tensor:
+        x = x + self.attn(self.attn_ln(x), positions, mask, by_query)
+        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, by_query)
         return x + self.mlp(self.mlp_ln(x))
 
 
@@ -283,6 +284,11 @@ class Decoder(nn.Module):
         for block in self.blocks:
             block.attn.kv_cache = KVCache(batch, self.dims.n_text_head, n_ctx, head_dim, self.attention_dtype, device)
 
+    def clear_caches(self) -> None:
+        """Back to cache-free calls (whole-sequence scoring)."""
+        for block in self.blocks:
+            block.attn.kv_cache = None
+
     def pack(self) -> None:
         """Pack the float32 CPU linears for oneDNN (see Linear.pack)."""
         for module in self.modules():
@@ -315,10 +321,13 @@ class Decoder(nn.Module):
         cache = self.blocks[0].attn.kv_cache
         kv_len = (span or cache.k.shape[2]) if cache is not None else tokens.shape[1]
         mask = torch.arange(kv_len, device=tokens.device) <= positions[:, None, :, None]
+        # decoding (with caches) on CPU, whose batched matmuls are not row-invariant; training and
+        # whole-sequence scoring need no exactness across call shapes
+        by_query = cache is not None and tokens.device.type == "cpu"
         x = self.token_embedding(tokens).to(self.dtype)  # an assistant may share a main embedding of another dtype
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
         for block in self.blocks:
-            x = block(x, positions, mask)
+            x = block(x, positions, mask, by_query)
         return self.ln(x)
 
     @property
