@@ -115,3 +115,20 @@ def test_distill_refuses_an_empty_input(tmp_path, capsys):
                 "--main", "tiny.en", "--cache-dir", str(tmp_path / "cache")])
     assert code == 2
     assert "no audio files" in capsys.readouterr().err
+
+
+def test_training_gradients_reach_the_student_through_the_shared_projection(random_main):
+    """The shared draft projection is frozen and, for inference, packed for oneDNN (whose op has
+    no backward): the loss must still reach the student's own layers."""
+    main = random_main.main
+    student = distill_module.build_student(main, [1], torch.arange(main.dims.n_vocab))
+    assert student.proj_out.rows.packed is not None
+    with torch.no_grad():
+        states = main.encoder(torch.randn(1, 80, 3000))
+        main.decoder.set_cross(states)
+    student.set_cross(states, main=main.decoder)
+    tokens = torch.randint(0, 50, (1, 6))
+    logits = student.proj_out.compact(student.features(tokens, torch.arange(6)[None]))
+    torch.nn.functional.cross_entropy(logits[0], torch.randint(0, 50, (6,))).backward()
+    assert student.blocks[0].mlp.fc2.weight.grad is not None
+    assert student.blocks[0].mlp.fc2.weight.grad.abs().sum() > 0

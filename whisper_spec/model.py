@@ -59,7 +59,9 @@ class Linear(nn.Linear):
             self.packed = _onednn_packed(self.weight)
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.packed is not None and x.dtype == torch.float32:
+        # the oneDNN op has no backward: training (an assistant's loss through a shared, frozen
+        # projection) takes F.linear
+        if self.packed is not None and x.dtype == torch.float32 and not (torch.is_grad_enabled() and x.requires_grad):
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         bias = None if self.bias is None else self.bias.to(x.dtype)
         return F.linear(x, self.weight.to(x.dtype), bias)
