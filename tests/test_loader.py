@@ -13,7 +13,12 @@ CLIPS = ["librispeech/test-other/1998-15444-0003.flac", "multilingual/pl/mls_188
 
 
 def test_decoder_only_assistant_reads_no_encoder_and_is_exact(base_pair, tmp_path):
-    export = save_model(decoder_subset(base_pair.main, [0, 3, 5]), tmp_path / "assistant")
+    subset = decoder_subset(base_pair.main, [0, 3, 5])
+    # it shares the main layers' weights and their packed float32 copies, copying neither
+    mine, theirs = subset.decoder.blocks[1].mlp.fc1, base_pair.main.decoder.blocks[3].mlp.fc1
+    assert mine.weight.data_ptr() == theirs.weight.data_ptr()
+    assert mine.packed is theirs.packed is not None
+    export = save_model(subset, tmp_path / "assistant")
     pair = load_pair("base", export)
     assert pair.shares_encoder and pair.assistant.encoder is None
     assert pair.assistant.dims.n_text_layer == 3
