@@ -1,6 +1,8 @@
 """Distillation: end to end on a small random main model (fast), and through the CLI on base."""
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +12,8 @@ import whisper_spec.distill as distill_module
 from conftest import SPEECH, mel_of, random_model
 from whisper_spec.cli.main import main as cli
 from whisper_spec.decoding import DecodingOptions, decode_windows
-from whisper_spec.distill import DistillOptions, distill, spread_layers
+from whisper_spec.batch import Job
+from whisper_spec.distill import DistillOptions, distill, plan_recordings, spread_layers
 from whisper_spec.loader import WhisperPair, load_distilled, load_pair
 
 UNLABELED = SPEECH / "unlabeled" / "librispeech-train-clean-100"
@@ -87,6 +90,44 @@ def test_distill_end_to_end_is_exact_deterministic_and_resumable(random_main, cl
     assert not (tmp_path / "c" / "checkpoint.pt").exists()
     resumed, original = load_file(tmp_path / "c" / "model.safetensors"), stored
     assert all(torch.equal(resumed[k], original[k]) for k in original)
+
+
+def test_joined_recordings_stay_within_a_language_and_a_side_of_the_split():
+    jobs = [Job(Path(f"/data/{language}{i}.flac"), f"{language}{i}", language) for language in "ab" for i in range(7)]
+    held = {"/data/a0.flac", "/data/a1.flac", "/data/a2.flac"}
+    recordings = plan_recordings(jobs, held, 2, seed=0)
+    assert [r.parts for r in recordings[:14]] == [(job,) for job in jobs]
+    joined = recordings[14:]
+    assert len(joined) == 2 + 1 + 3  # a: 4 training files, 3 held out; b: 7 training files
+    for recording in joined:
+        assert len(recording.parts) == 2 and len({job.language for job in recording.parts}) == 1
+        assert {str(job.path) in held for job in recording.parts} == {recording.held_out}
+    parts = [job.path for r in joined for job in r.parts]
+    assert len(parts) == len(set(parts))
+    assert plan_recordings(jobs, held, 2, seed=0) == recordings
+    assert plan_recordings(jobs, held, 2, seed=1) != recordings
+    assert plan_recordings(jobs, held, 0, seed=0) == recordings[:14]
+
+
+def test_joined_recordings_are_trained_on_and_the_cache_follows_content_not_paths(random_main, clips, tmp_path,
+                                                                                  monkeypatch):
+    cache = tmp_path / "cache"
+    options = replace(OPTIONS, join=2, steps=2)
+    summary = distill(random_main, str(clips), tmp_path / "a", options, cache=cache)
+    data = summary["training_data"]
+    assert data["joined_recordings"] == 1  # the two training clips; the one held-out clip has no partner
+    # clips of 14.1, 7.9 and 14.6 s: any two fit one window; every window is labelled with and without timestamps
+    assert data["windows"] == 3 + 1 and data["train_sequences"] == 2 * (2 + 1)
+
+    # the same audio under other paths and time stamps: nothing is labelled again
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for clip in sorted(clips.glob("*.flac")):
+        (copy / clip.name).write_bytes(clip.read_bytes())
+    monkeypatch.setattr(distill_module, "decode_encoded", None)  # labelling would call it
+    again = distill(random_main, str(copy), tmp_path / "b", options, cache=cache)
+    assert again["training_data"]["windows"] == 4
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
 
 
 def test_distill_and_export_through_the_cli(clips, tmp_path, base_pair):

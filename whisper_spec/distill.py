@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import platform
 import random
 import sys
@@ -32,13 +33,13 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from .audio import N_SAMPLES, AudioError, load_audio, log_mel_spectrogram, pad_or_trim
-from .batch import collect_jobs
+from .batch import Job, collect_jobs
 from .decoding import DecodingOptions, decode_encoded
 from .loader import ASSISTANT_CONFIG, ASSISTANT_FORMAT, WhisperModel, WhisperPair, output_rows
 from .model import Decoder, DraftVocabProjection
 from .models import cache_dir
 
-CACHE_VERSION = 1
+CACHE_VERSION = 1  # of the window files' contents
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class DistillOptions:
     kl_weight: float = 1.0
     kl_temperature: float = 2.0
     top_k: int = 16  # teacher logits kept per position
+    join: int = 0  # also train on recordings of this many files end to end (see plan_recordings); 0: none
     held_out: float = 0.1  # fraction of files kept out of training, for held-out acceptance
     eval_every: int = 100
     checkpoint_every: int = 100
@@ -64,6 +66,8 @@ class DistillOptions:
             raise ValueError(f"init_layers names {len(self.init_layers)} layers, layers is {self.layers}")
         if self.layers < 1 or self.steps < 1 or self.batch_size < 1 or not 0 <= self.held_out < 1:
             raise ValueError("layers, steps and batch_size must be >= 1 and held_out in [0, 1)")
+        if self.join == 1 or self.join < 0:
+            raise ValueError("join must be 0 (no joined recordings) or at least 2 files")
 
 
 def spread_layers(n_main: int, n: int) -> list[int]:
@@ -78,9 +82,39 @@ def spread_layers(n_main: int, n: int) -> list[int]:
 # ---------------------------------------------------------------------------- teacher cache
 
 
-def _window_key(path: Path, offset: int) -> str:
-    stat = path.stat()
-    return hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{offset}".encode()).hexdigest()[:20]
+def _recording_key(parts: tuple[Job, ...]) -> str:
+    """By content, not path or time stamp: a copied or re-synced data set keeps its teacher labels."""
+    key = hashlib.sha1()
+    for job in parts:
+        key.update(hashlib.sha1(job.path.read_bytes()).digest())
+        key.update(f":{job.language}".encode())  # a forced language changes the labels
+    return key.hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Recording:
+    label: str  # the file, or the joined files
+    parts: tuple[Job, ...]
+    held_out: bool
+
+
+def plan_recordings(jobs: list[Job], held_out: set[str], join: int, seed: int) -> list[Recording]:
+    """Every file on its own; with join, also recordings of `join` files end to end. A short file is
+    one 30 s window padded with silence, but long-form transcription decodes full windows that cut
+    speech at both edges: joined recordings give the assistant those. Files are joined only with
+    files of the same language and the same side of the held-out split, in a seeded order."""
+    recordings = [Recording(str(job.path), (job,), str(job.path) in held_out) for job in jobs]
+    if not join:
+        return recordings
+    groups: dict[tuple, list[Job]] = {}
+    for job in jobs:
+        groups.setdefault((str(job.path) in held_out, job.language), []).append(job)
+    for (held, _), members in groups.items():
+        random.Random(seed).shuffle(members)
+        for first in range(0, len(members) - join + 1, join):
+            parts = tuple(members[first : first + join])
+            recordings.append(Recording(f"joined:{parts[0].path}+{join - 1}", parts, held))
+    return recordings
 
 
 def _main_identity(main: WhisperModel) -> dict:
@@ -110,9 +144,10 @@ def _teacher_top_k(main: WhisperModel, sequences: list[list[int]], starts: list[
     return out
 
 
-def prepare_teacher_cache(main_pair: WhisperPair, source: str, cache: Path, *, top_k: int, batch_size: int = 4) -> list[Path]:
+def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], cache: Path, *, top_k: int,
+                          batch_size: int = 4) -> list[tuple[Path, Recording]]:
     """Encoder outputs, pseudo-labels (with and without timestamps) and teacher top-k logits for
-    every 30 s window of the input, one file per window; windows already cached are skipped."""
+    every 30 s window of the recordings, one file per window; windows already cached are skipped."""
     main = main_pair.main
     cache.mkdir(parents=True, exist_ok=True)
     identity_file = cache / "main.json"
@@ -121,28 +156,26 @@ def prepare_teacher_cache(main_pair: WhisperPair, source: str, cache: Path, *, t
         raise ValueError(f"{cache}: cached for another main model or cache version; use another --cache-dir")
     identity_file.write_text(json.dumps(identity, indent=2) + "\n")
 
-    jobs = collect_jobs(source)
-    if not jobs:
-        raise ValueError(f"{source}: no audio files")
     windows, files = [], []
-    for job in tqdm(jobs, desc="reading audio", unit="file", leave=False):
+    for recording in tqdm(recordings, desc="reading audio", unit="recording", leave=False):
         try:
-            audio = load_audio(job.path)
+            audio = np.concatenate([load_audio(job.path) for job in recording.parts])
         except AudioError as error:
             print(f"skipped: {error}", file=sys.stderr)
             continue
+        key = _recording_key(recording.parts)
         for offset in range(0, len(audio), N_SAMPLES):
-            file = cache / "windows" / f"{_window_key(job.path, offset)}.pt"
-            files.append(file)
+            file = cache / "windows" / f"{key}-{offset // N_SAMPLES}.pt"
+            files.append((file, recording))
             if not file.is_file():
-                windows.append((file, job, audio[offset : offset + N_SAMPLES]))
+                windows.append((file, recording, audio[offset : offset + N_SAMPLES]))
     (cache / "windows").mkdir(exist_ok=True)
 
     for first in tqdm(range(0, len(windows), batch_size), desc="teacher labels", unit="batch"):
         batch = windows[first : first + batch_size]
         audio = torch.stack([pad_or_trim(torch.from_numpy(w[2])) for w in batch]).to(main_pair.device)
         mel = log_mel_spectrogram(audio, main.dims.n_mels)
-        languages = [job.language for _, job, _ in batch]
+        languages = [recording.parts[0].language for _, recording, _ in batch]
         examples = [[] for _ in batch]
         with torch.inference_mode():
             states = main.encoder(mel)
@@ -158,9 +191,9 @@ def prepare_teacher_cache(main_pair: WhisperPair, source: str, cache: Path, *, t
                 examples[row].append({"timestamps": timestamps, "tokens": sequences[row], "start": starts[row],
                                       "top_ids": ids, "top_logits": values})
         states = states.half().cpu()
-        for row, (file, job, _) in enumerate(batch):
+        for row, (file, recording, _) in enumerate(batch):
             partial = file.with_suffix(".partial")
-            torch.save({"source": str(job.path), "language": languages[row], "encoder": states[row].clone(),
+            torch.save({"source": recording.label, "language": languages[row], "encoder": states[row].clone(),
                         "examples": examples[row]}, partial)
             partial.replace(file)
     return files
@@ -239,7 +272,17 @@ def model_card(config: dict) -> str:
     """The assistant's model card: what it is, how it was made, what it reached while training."""
     training = config.get("training", {})
     recipe, data = training.get("recipe", {}), training.get("training_data", {})
-    log = "\n".join(f"| {e['step']} | {e['loss']:.3f} | {e['held_out_acceptance']} |" for e in training.get("log", []))
+    def rate(name: str, entry: dict = training) -> str:
+        return "n/a" if entry.get(name) is None else f"{entry[name]:.3f}"
+
+    joined = training.get("held_out_joined_acceptance") is not None
+    log = "\n".join(f"| {e['step']} | {e['loss']:.3f} | {rate('held_out_acceptance', e)} |"
+                    + (f" {rate('held_out_joined_acceptance', e)} |" if joined else "") for e in training.get("log", []))
+    joined_line = (f" (on the held-out joined recordings' windows {rate('held_out_joined_acceptance_before')}"
+                   f" before, {rate('held_out_joined_acceptance')} after)") if joined else ""
+    joined_files = (f" and {data.get('joined_recordings')} recordings of {recipe.get('join')} of them joined end to end"
+                    " (full 30 s windows, as in long-form transcription; held-out files joined only with each other)"
+                    if recipe.get("join") else "")
     return f"""# Distilled assistant for {config['main_model']}
 
 A {len(config['layers_from_main'])}-layer assistant decoder for speculative decoding with `{config['main_model']}`
@@ -266,20 +309,20 @@ embedding and cross-attention key/value projections frozen (shared).
 
 ## Data
 
-`{data.get('source')}`: {data.get('files')} files, {data.get('windows')} windows, languages
-{data.get('languages')}; {data.get('held_out_files')} files held out for the acceptance below;
-{data.get('train_sequences')} training sequences.
+`{data.get('source')}`: {data.get('files')} files{joined_files}, {data.get('windows')} windows, languages
+{data.get('languages')}; {data.get('held_out_files')} files held out for the acceptance below; {data.get('train_sequences')}
+training sequences.
 
 ## Training
 
 Teacher labels {training.get('label_seconds')} s (0 when cached), training {training.get('train_seconds')} s
 on {training.get('machine')}, torch {training.get('torch')}. Held-out acceptance (teacher-forced: the
-assistant's argmax equals the main model's greedy token) {training.get('held_out_acceptance_before')} before,
-{training.get('held_out_acceptance')} after; {training.get('held_out_draft_vocab_coverage')} of held-out tokens
-are in the draft vocabulary.
+assistant's argmax equals the main model's greedy token) {rate('held_out_acceptance_before')} before,
+{rate('held_out_acceptance')} after{joined_line}; {rate('held_out_draft_vocab_coverage')} of
+held-out tokens are in the draft vocabulary.
 
-| step | loss | held-out acceptance |
-|---:|---:|---:|
+| step | loss | held-out acceptance |{" joined recordings |" if joined else ""}
+|---:|---:|---:|{"---:|" if joined else ""}
 {log}
 """
 
@@ -297,18 +340,17 @@ class _Example:
 
 
 def _load_cache(files: list[Path], top_k: int):
-    encoder, examples, sources, languages = [], [], [], []
+    encoder, examples, languages = [], [], []
     for index, file in enumerate(files):
         item = torch.load(file, weights_only=True)
         if item["examples"][0]["top_ids"].shape[1] != top_k:
             raise ValueError(f"{file}: cached with another top_k; use another --cache-dir")
         encoder.append(item["encoder"])
-        sources.append(item["source"])
         languages.append(item["language"])
         for ex in item["examples"]:
             examples.append(_Example(index, torch.tensor(ex["tokens"]), ex["start"], ex["top_ids"].long(),
                                      ex["top_logits"].float()))
-    return torch.stack(encoder), examples, sources, languages
+    return torch.stack(encoder), examples, languages
 
 
 def _split(sources: list[str], held_out: float, seed: int) -> set[str]:
@@ -404,12 +446,19 @@ def distill(
     main = main_pair.main
     started = time.perf_counter()
     torch.manual_seed(options.seed)
-    files = prepare_teacher_cache(main_pair, source, cache or default_cache(main), top_k=options.top_k)
+    jobs = collect_jobs(source)
+    if not jobs:
+        raise ValueError(f"{source}: no audio files")
+    held = _split([str(job.path) for job in jobs], options.held_out, options.seed)
+    recordings = plan_recordings(jobs, held, options.join, options.seed)
+    windows = prepare_teacher_cache(main_pair, recordings, cache or default_cache(main), top_k=options.top_k)
     label_seconds = time.perf_counter() - started
-    encoder, examples, sources, languages = _load_cache(files, options.top_k)
-    held = _split(sources, options.held_out, options.seed)
-    train = [e for e in examples if sources[e.window] not in held]
-    valid = [e for e in examples if sources[e.window] in held]
+    encoder, examples, languages = _load_cache([file for file, _ in windows], options.top_k)
+    recording_of = [recording for _, recording in windows]
+    train = [e for e in examples if not recording_of[e.window].held_out]
+    # held-out acceptance on single files (short clips, padded windows) and on joined recordings' full windows
+    valid = [e for e in examples if recording_of[e.window].held_out and len(recording_of[e.window].parts) == 1]
+    valid_joined = [e for e in examples if recording_of[e.window].held_out and len(recording_of[e.window].parts) > 1]
     if not train:
         raise ValueError(f"{source}: no training windows left after holding out {options.held_out:.0%}")
 
@@ -446,7 +495,12 @@ def distill(
         step, log, permutation, cursor = saved["step"], saved["log"], saved["permutation"], saved["cursor"]
     else:
         permutation, cursor = torch.randperm(len(train), generator=order), 0
-    initial = agreement(student, valid, cross, to_draft, eot) if valid and step == 0 else None
+    def held_out_acceptance() -> dict:
+        return {name: agreement(student, sequences, cross, to_draft, eot)
+                for name, sequences in (("held_out_acceptance", valid), ("held_out_joined_acceptance", valid_joined))
+                if sequences}
+
+    initial = held_out_acceptance() if step == 0 else {}
 
     train_started = time.perf_counter()
     bar = tqdm(total=options.steps, initial=step, desc="distilling", unit="step")
@@ -465,8 +519,7 @@ def distill(
         step += 1
         postfix = {"loss": f"{loss.item():.3f}"}
         if step % options.eval_every == 0 or step == options.steps:
-            entry = {"step": step, "loss": loss.item(),
-                     "held_out_acceptance": agreement(student, valid, cross, to_draft, eot) if valid else None}
+            entry = {"step": step, "loss": loss.item(), "held_out_acceptance": None, **held_out_acceptance()}
             log.append(entry)
             if entry["held_out_acceptance"] is not None:
                 postfix["held-out acceptance"] = f"{entry['held_out_acceptance']:.3f}"
@@ -485,7 +538,8 @@ def distill(
         "recipe": {**asdict(options), "init_layers": init_layers},
         "training_data": {
             "source": source,
-            "files": len(set(sources)),
+            "files": len(jobs),
+            "joined_recordings": len(recordings) - len(jobs),
             "windows": len(encoder),
             "held_out_files": len(held),
             "languages": sorted(set(languages)),
@@ -494,12 +548,14 @@ def distill(
         "command": command,
         "label_seconds": round(label_seconds, 1),
         "train_seconds": round(time.perf_counter() - train_started, 1),
-        "held_out_acceptance_before": initial,
+        "held_out_acceptance_before": initial.get("held_out_acceptance"),
         "held_out_acceptance": log[-1]["held_out_acceptance"] if log else None,
+        "held_out_joined_acceptance_before": initial.get("held_out_joined_acceptance"),
+        "held_out_joined_acceptance": log[-1].get("held_out_joined_acceptance") if log else None,
         "held_out_draft_vocab_coverage": coverage,
         "log": log,
         "torch": torch.__version__,
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} threads",
+        "machine": f"{platform.machine()} ({os.cpu_count()} cores, {main_pair.device}), {torch.get_num_threads()} threads",
     }
     save_assistant(student, main, output, {"training": summary})
     checkpoint.unlink(missing_ok=True)
