@@ -457,9 +457,9 @@ def decoder_subset(model: WhisperModel, layers: list[int], name: str | None = No
         decoder = Decoder(dims)
     decoder.load_state_dict(state, assign=True)
     for new, old in enumerate(layers):  # packed copies are not in the state dict: share them too
-        for mine, theirs in zip(decoder.blocks[new].modules(), model.decoder.blocks[old].modules()):
+        for name, mine in decoder.blocks[new].named_modules():
             if isinstance(mine, Linear):
-                mine.packed = theirs.packed
+                mine.packed = model.decoder.blocks[old].get_submodule(name).packed
     decoder.proj_out = model.decoder.proj_out
     decoder.cross_source = list(layers)
     label = name or f"{model.name}[decoder layers {','.join(map(str, layers))}]"
