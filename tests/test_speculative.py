@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from conftest import mel_of, perturbed_decoder, random_model, speech
-from whisper_spec.decoding import DecodingOptions, decode_windows
+from whisper_spec.decoding import DecodingOptions, DecodingStats, decode_encoded, decode_windows, encode
 from whisper_spec.loader import WhisperPair, decoder_subset
 
 CLIPS = [
@@ -42,6 +42,24 @@ def test_base_layer_subset_assistant_is_exact(base_with_layer_subset, clip_mel, 
     main_only, _, stats = assert_identical(base_with_layer_subset, clip_mel[:batch], options)
     assert all(len(r.tokens) > 5 for r in main_only)
     assert stats.windows == batch
+
+
+def test_a_row_decodes_alike_alone_and_beside_rows_that_finish_first(base_with_layer_subset, clip_mel):
+    """On CPU finished rows leave the decoders' batch: a row's tokens must not depend on which rows
+    run beside it, and the next call on the same encoding must find every row's audio again."""
+    pair = base_with_layer_subset
+    options = DecodingOptions(draft_tokens=4)
+    for use_assistant in (False, True):
+        batched, _ = decode_windows(pair, clip_mel, options, use_assistant=use_assistant)
+        assert len({len(r.tokens) for r in batched}) == len(batched)  # every row ends at its own step
+        alone = [decode_windows(pair, clip_mel[i : i + 1], options, use_assistant=use_assistant)[0][0] for i in range(4)]
+        assert [r.tokens for r in alone] == [r.tokens for r in batched]
+    encode(pair, clip_mel, None, DecodingStats())
+    first, _ = decode_encoded(pair, 4, options)
+    second, _ = decode_encoded(pair, 4, DecodingOptions(draft_tokens=4, timestamps=True))
+    third, _ = decode_encoded(pair, 4, options)
+    assert [r.tokens for r in third] == [r.tokens for r in first] == [r.tokens for r in batched]
+    assert [r.language for r in second] == [r.language for r in first]
 
 
 def test_base_timestamps_translate_and_adaptive_draft_are_exact(base_with_layer_subset, clip_mel):

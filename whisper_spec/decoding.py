@@ -372,8 +372,26 @@ def decode_encoded(
     counts = torch.zeros(batch, 5, dtype=torch.long, device=device)  # drafted, accepted, generated, main and assistant forwards
     by_position = torch.zeros(2, batch, max_draft, dtype=torch.long, device=device)  # drafted, accepted
 
+    # On CPU finished rows leave the decoders' batch rather than run until the longest row ends.
+    # Every kernel there is row-invariant, so a row's results do not depend on which rows run
+    # beside it. The cross-attention states are restored for the next call.
+    decoders = [model.decoder for model in (main, assistant) if model is not None]
+    cross_states = [(block.cross_attn, block.cross_attn.cross_kv) for decoder in decoders for block in decoder.blocks]
+    alive = rows if device.type == "cpu" else None
+
+    def features(decoder, window: Tensor, positions: Tensor, span: int | None = None) -> Tensor:
+        if alive is None or len(alive) == batch:
+            return decoder.features(window, positions, span)
+        hidden = decoder.features(window[alive], positions[alive], span)
+        return hidden.new_zeros((batch, *hidden.shape[1:])).index_copy_(0, alive, hidden)
+
     while not bool(done.all()):
         active = ~done
+        if alive is not None and len(alive) > int(active.sum()):
+            keep = active[alive]
+            alive = alive[keep]
+            for decoder in decoders:
+                decoder.keep_rows(keep)
         k = int(draft_length[active].max()) if assistant is not None else 0
 
         # draft up to k tokens per row with the assistant; a row unsure of its last draft stops
@@ -386,7 +404,7 @@ def decode_encoded(
             window, positions = _window(tokens, (current - width).clamp(min=0), width)
             # the assistant attends to the positions in use only, not the whole cache
             span = min(int(current.max()) + 1, n_ctx)
-            hidden = assistant.decoder.features(window, positions, span)[:, -1]
+            hidden = features(assistant.decoder, window, positions, span)[:, -1]
             logits = draft_rules(assistant.decoder.logits(hidden, compact=True), tokens, current)
             assistant_cached = current.clone()
             if generator is None:
@@ -413,7 +431,7 @@ def decode_encoded(
         # logits only where the round can end: each active row's drafts and the position after them
         width = int((length - main_cached)[active].max()) + k
         window, positions = _window(tokens, (length + k - width).clamp(min=0), width)
-        hidden = main.decoder.features(window, positions)[:, -(k + 1):]
+        hidden = features(main.decoder, window, positions)[:, -(k + 1):]
         stats.main_forwards += 1
         scored = (steps <= round_drafts[:, None]) & active[:, None]
         flat = scored.view(-1)
@@ -461,6 +479,8 @@ def decode_encoded(
 
     _sync(device)
     stats.decoding_seconds += time.perf_counter() - start_time
+    for attention, states in cross_states:
+        attention.cross_kv = states
 
     results = []
     for row, (row_tokens, (drafted, accepted, generated, forwards, drafts), position_counts) in enumerate(

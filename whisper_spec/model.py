@@ -291,6 +291,16 @@ class Decoder(nn.Module):
         for block in self.blocks:
             block.attn.kv_cache = None
 
+    def keep_rows(self, keep: Tensor) -> None:
+        """Keep only these rows (an index or a mask) in the caches and cross-attention states:
+        later calls carry those rows only, in the same order."""
+        for block in self.blocks:
+            cache = block.attn.kv_cache
+            if cache is not None:
+                cache.k, cache.v = cache.k[keep], cache.v[keep]
+            if block.cross_attn.cross_kv is not None:
+                block.cross_attn.cross_kv = tuple(t[keep] for t in block.cross_attn.cross_kv)
+
     def pack(self) -> None:
         """Pack the float32 CPU linears for oneDNN (see Linear.pack)."""
         for module in self.modules():
