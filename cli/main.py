@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--join", type=int, default=0, metavar="N",
                        help="also train on recordings of N files joined end to end, whose 30 s windows are full and "
                             "cut speech at their edges, as long-form transcription's are (default: none)")
+    train.add_argument("--augment", type=int, default=0, metavar="N",
+                       help="also train on N perturbed copies of every training recording: speed changed by up to "
+                            "10%%, white noise at 10-30 dB SNR (default: none)")
     train.add_argument("--held-out", type=float, default=0.1,
                        help="fraction of files kept out for held-out acceptance (default: %(default)s)")
     train.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations")
@@ -312,7 +315,7 @@ def cmd_distill(args) -> int:
             layers=len(init_layers) if init_layers else args.layers, init_layers=init_layers,
             draft_vocab=args.draft_vocab, steps=args.steps, batch_size=args.batch_size,
             learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, held_out=args.held_out,
-            eval_every=args.eval_every, seed=args.seed, join=args.join,
+            eval_every=args.eval_every, seed=args.seed, join=args.join, augment=args.augment,
         )
         device, _ = _pick_device(args.device, "float32")
         main_pair = load_pair(args.main or DEFAULT_MODEL, dtype="float32", device=device)

@@ -4,6 +4,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -13,7 +14,8 @@ from conftest import SPEECH, mel_of, random_model
 from whisper_spec.cli.main import main as cli
 from whisper_spec.decoding import DecodingOptions, decode_windows
 from whisper_spec.batch import Job
-from whisper_spec.distill import DistillOptions, distill, plan_recordings, spread_layers
+from whisper_spec.audio import load_audio
+from whisper_spec.distill import DistillOptions, distill, perturb, plan_recordings, spread_layers
 from whisper_spec.loader import WhisperPair, load_distilled, load_pair
 
 UNLABELED = SPEECH / "unlabeled" / "librispeech-train-clean-100"
@@ -108,6 +110,13 @@ def test_joined_recordings_stay_within_a_language_and_a_side_of_the_split():
     assert plan_recordings(jobs, held, 2, seed=1) != recordings
     assert plan_recordings(jobs, held, 0, seed=0) == recordings[:14]
 
+    augmented = plan_recordings(jobs, held, 2, seed=0, augment=2)
+    assert augmented[: len(recordings)] == recordings
+    copies = augmented[len(recordings) :]
+    training = [r for r in recordings if not r.held_out]
+    assert [(r.parts, r.copy) for r in copies] == [(r.parts, n) for n in (1, 2) for r in training]
+    assert not any(r.held_out for r in copies) and len({r.label for r in augmented}) == len(augmented)
+
 
 def test_joined_recordings_are_trained_on_and_the_cache_follows_content_not_paths(random_main, clips, tmp_path,
                                                                                   monkeypatch):
@@ -128,6 +137,42 @@ def test_joined_recordings_are_trained_on_and_the_cache_follows_content_not_path
     again = distill(random_main, str(copy), tmp_path / "b", options, cache=cache)
     assert again["training_data"]["windows"] == 4
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+
+
+def test_augmented_copies_are_perturbed_reproducibly_and_labelled_as_their_own_windows(random_main, clips, tmp_path):
+    audio = load_audio(sorted(clips.glob("*.flac"))[0])
+    first, again, second = (perturb(audio, 0, copy, "0123abcd") for copy in (1, 1, 2))
+    assert np.array_equal(first, again) and not np.array_equal(first, second)
+    for copy in (first, second):
+        assert len(audio) / 1.1 - 1 <= len(copy) <= len(audio) / 0.9 + 1 and copy.dtype == np.float32
+        # noise at 10-30 dB SNR: the copy's power is the signal's plus at most a tenth of it
+        assert 0.8 < np.mean(copy**2) / np.mean(audio**2) < 1.3
+
+    summary = distill(random_main, str(clips), tmp_path / "a", replace(OPTIONS, augment=1, steps=2), cache=tmp_path / "c")
+    data = summary["training_data"]
+    assert data["windows"] == 3 + 2 and data["train_sequences"] == 2 * (2 + 2)  # copies of the two training clips
+    assert (data["joined_recordings"], data["perturbed_copies"]) == (0, 2)
+    assert "2 perturbed copies" in (tmp_path / "a" / "README.md").read_text()
+    cached = sorted((tmp_path / "c" / "windows").glob("*.pt"))
+    encoder = {f.name: torch.load(f, weights_only=True)["encoder"] for f in cached}
+    originals = {name.split("-")[0] for name in encoder if "-p" in name}
+    for name in (n for n in encoder if "-p" in n):
+        assert not torch.equal(encoder[name], encoder[f"{name.split('-')[0]}-0.pt"])
+    assert len(originals) == 2
+
+
+def test_an_unreadable_file_is_skipped_once_with_its_name_however_many_recordings_hold_it(random_main, clips, tmp_path,
+                                                                                        capsys):
+    folder = tmp_path / "audio"
+    folder.mkdir()
+    for clip in sorted(clips.glob("*.flac")):
+        (folder / clip.name).symlink_to(clip)
+    (folder / "broken.flac").write_bytes(b"not audio at all")
+    options = replace(OPTIONS, join=2, augment=1, steps=1, held_out=0.0)
+    summary = distill(random_main, str(folder), tmp_path / "a", options, cache=tmp_path / "c")
+    assert summary["training_data"]["files"] == 4
+    errors = [line for line in capsys.readouterr().err.splitlines() if "broken.flac" in line]
+    assert len(errors) == 1 and "cannot decode audio" in errors[0]
 
 
 def test_distill_and_export_through_the_cli(clips, tmp_path, base_pair):

@@ -56,6 +56,7 @@ class DistillOptions:
     kl_temperature: float = 2.0
     top_k: int = 16  # teacher logits kept per position
     join: int = 0  # also train on recordings of this many files end to end (see plan_recordings); 0: none
+    augment: int = 0  # perturbed copies of every training recording (see perturb)
     held_out: float = 0.1  # fraction of files kept out of training, for held-out acceptance
     eval_every: int = 100
     checkpoint_every: int = 100
@@ -68,6 +69,8 @@ class DistillOptions:
             raise ValueError("layers, steps and batch_size must be >= 1 and held_out in [0, 1)")
         if self.join == 1 or self.join < 0:
             raise ValueError("join must be 0 (no joined recordings) or at least 2 files")
+        if self.augment < 0:
+            raise ValueError("augment must be >= 0")
 
 
 def spread_layers(n_main: int, n: int) -> list[int]:
@@ -82,11 +85,14 @@ def spread_layers(n_main: int, n: int) -> list[int]:
 # ---------------------------------------------------------------------------- teacher cache
 
 
-def _recording_key(parts: tuple[Job, ...]) -> str:
-    """By content, not path or time stamp: a copied or re-synced data set keeps its teacher labels."""
+def _recording_key(parts: tuple[Job, ...], digests: dict[Path, bytes]) -> str:
+    """By content, not path or time stamp: a copied or re-synced data set keeps its teacher labels.
+    digests: each file's, computed once however many recordings it is part of."""
     key = hashlib.sha1()
     for job in parts:
-        key.update(hashlib.sha1(job.path.read_bytes()).digest())
+        if job.path not in digests:
+            digests[job.path] = hashlib.sha1(job.path.read_bytes()).digest()
+        key.update(digests[job.path])
         key.update(f":{job.language}".encode())  # a forced language changes the labels
     return key.hexdigest()[:20]
 
@@ -96,25 +102,42 @@ class Recording:
     label: str  # the file, or the joined files
     parts: tuple[Job, ...]
     held_out: bool
+    copy: int = 0  # 0: the audio as it is; n > 0: its n-th perturbed copy
 
 
-def plan_recordings(jobs: list[Job], held_out: set[str], join: int, seed: int) -> list[Recording]:
+def perturb(audio: np.ndarray, seed: int, copy: int, key: str) -> np.ndarray:
+    """A perturbed copy of a recording (key: its content's), the same for the same seed and copy:
+    speed changed by up to 10% (tempo and pitch, as Kaldi's speed perturbation: other voices) and
+    white noise at 10-30 dB SNR. The teacher labels the copy, so the assistant learns what the main
+    model writes for audio less clean than the training set's."""
+    import librosa  # slow to import; only augmentation needs it
+
+    rng = np.random.default_rng([seed, copy, int(key[:8], 16)])
+    speed = rng.uniform(0.9, 1.1)
+    audio = librosa.resample(audio, orig_sr=round(16000 * speed), target_sr=16000)
+    noise = rng.standard_normal(len(audio)).astype(np.float32)
+    snr_db = rng.uniform(10, 30)
+    gain = np.sqrt(np.mean(audio**2) / 10 ** (snr_db / 10)) if len(audio) else 0.0
+    return (audio + gain * noise).astype(np.float32)
+
+
+def plan_recordings(jobs: list[Job], held_out: set[str], join: int, seed: int, augment: int = 0) -> list[Recording]:
     """Every file on its own; with join, also recordings of `join` files end to end. A short file is
     one 30 s window padded with silence, but long-form transcription decodes full windows that cut
     speech at both edges: joined recordings give the assistant those. Files are joined only with
-    files of the same language and the same side of the held-out split, in a seeded order."""
+    files of the same language and the same side of the held-out split, in a seeded order. With
+    augment, every training recording (never a held-out one) also comes as that many perturbed copies."""
     recordings = [Recording(str(job.path), (job,), str(job.path) in held_out) for job in jobs]
-    if not join:
-        return recordings
     groups: dict[tuple, list[Job]] = {}
-    for job in jobs:
+    for job in jobs if join else []:
         groups.setdefault((str(job.path) in held_out, job.language), []).append(job)
     for (held, _), members in groups.items():
         random.Random(seed).shuffle(members)
         for first in range(0, len(members) - join + 1, join):
             parts = tuple(members[first : first + join])
             recordings.append(Recording(f"joined:{parts[0].path}+{join - 1}", parts, held))
-    return recordings
+    return recordings + [replace(recording, label=f"{recording.label}#{copy}", copy=copy)
+                         for copy in range(1, augment + 1) for recording in recordings if not recording.held_out]
 
 
 def _main_identity(main: WhisperModel) -> dict:
@@ -145,9 +168,10 @@ def _teacher_top_k(main: WhisperModel, sequences: list[list[int]], starts: list[
 
 
 def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], cache: Path, *, top_k: int,
-                          batch_size: int = 4) -> list[tuple[Path, Recording]]:
+                          seed: int = 0, batch_size: int = 4) -> list[tuple[Path, Recording]]:
     """Encoder outputs, pseudo-labels (with and without timestamps) and teacher top-k logits for
-    every 30 s window of the recordings, one file per window; windows already cached are skipped."""
+    every 30 s window of the recordings, one file per window; windows already cached are skipped.
+    seed: of the perturbed copies."""
     main = main_pair.main
     cache.mkdir(parents=True, exist_ok=True)
     identity_file = cache / "main.json"
@@ -157,13 +181,26 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
     identity_file.write_text(json.dumps(identity, indent=2) + "\n")
 
     windows, files = [], []
+    digests: dict[Path, bytes] = {}
+    unreadable: set[Path] = set()  # said once, though the file may be part of several recordings
     for recording in tqdm(recordings, desc="reading audio", unit="recording", leave=False):
-        try:
-            audio = np.concatenate([load_audio(job.path) for job in recording.parts])
-        except AudioError as error:
-            print(f"skipped: {error}", file=sys.stderr)
+        if unreadable.intersection(job.path for job in recording.parts):
             continue
-        key = _recording_key(recording.parts)
+        pieces = []
+        for job in recording.parts:
+            try:
+                pieces.append(load_audio(job.path))
+            except AudioError as error:
+                print(f"skipped: {error}", file=sys.stderr)
+                unreadable.add(job.path)
+                break
+        if len(pieces) < len(recording.parts):
+            continue
+        audio = np.concatenate(pieces)
+        key = _recording_key(recording.parts, digests)
+        if recording.copy:
+            audio = perturb(audio, seed, recording.copy, key)
+            key = f"{key}-p{seed}.{recording.copy}"
         for offset in range(0, len(audio), N_SAMPLES):
             file = cache / "windows" / f"{key}-{offset // N_SAMPLES}.pt"
             files.append((file, recording))
@@ -182,7 +219,7 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
             main.decoder.set_cross(states)
         for timestamps in (False, True):
             options = DecodingOptions(timestamps=timestamps)
-            results, _ = decode_encoded(main_pair, len(batch), options, languages=languages)
+            results, _ = decode_encoded(main_pair, len(batch), options, languages=languages, use_assistant=False)
             languages = [r.language for r in results]
             prompts = [main.special.prompt(r.language, "transcribe", timestamps) for r in results]
             sequences = [p + r.tokens + [main.special.eot] for p, r in zip(prompts, results)]
@@ -283,6 +320,8 @@ def model_card(config: dict) -> str:
     joined_files = (f" and {data.get('joined_recordings')} recordings of {recipe.get('join')} of them joined end to end"
                     " (full 30 s windows, as in long-form transcription; held-out files joined only with each other)"
                     if recipe.get("join") else "")
+    joined_files += (f"; {data.get('perturbed_copies')} perturbed copies of the training recordings ({recipe.get('augment')}"
+                     " each: speed changed by up to 10%, white noise at 10-30 dB SNR)" if recipe.get("augment") else "")
     return f"""# Distilled assistant for {config['main_model']}
 
 A {len(config['layers_from_main'])}-layer assistant decoder for speculative decoding with `{config['main_model']}`
@@ -450,8 +489,9 @@ def distill(
     if not jobs:
         raise ValueError(f"{source}: no audio files")
     held = _split([str(job.path) for job in jobs], options.held_out, options.seed)
-    recordings = plan_recordings(jobs, held, options.join, options.seed)
-    windows = prepare_teacher_cache(main_pair, recordings, cache or default_cache(main), top_k=options.top_k)
+    recordings = plan_recordings(jobs, held, options.join, options.seed, options.augment)
+    windows = prepare_teacher_cache(main_pair, recordings, cache or default_cache(main), top_k=options.top_k,
+                                    seed=options.seed)
     label_seconds = time.perf_counter() - started
     encoder, examples, languages = _load_cache([file for file, _ in windows], options.top_k)
     recording_of = [recording for _, recording in windows]
@@ -539,7 +579,8 @@ def distill(
         "training_data": {
             "source": source,
             "files": len(jobs),
-            "joined_recordings": len(recordings) - len(jobs),
+            "joined_recordings": sum(len(r.parts) > 1 and not r.copy for r in recordings),
+            "perturbed_copies": sum(bool(r.copy) for r in recordings),
             "windows": len(encoder),
             "held_out_files": len(held),
             "languages": sorted(set(languages)),
