@@ -1,9 +1,11 @@
 """Long-form speed and WER on the shared long-form set: main-only vs speculative, per batch size.
 
 Runs the chunked pipeline over the shared long-form files (7 LibriSpeech test-other chapters,
-a TED excerpt, the 128 s mp3), main-only and speculative interleaved per batch size, and reports
+a TED excerpt, the 128 s mp3), main-only and speculative per batch size, and reports
 real-time factors, speedups, whether the transcripts are identical, and WER of the stitched
-transcripts (Whisper's English normalizer with the spelling table).
+transcripts (Whisper's English normalizer with the spelling table). The two modes alternate file
+by file (and which goes first alternates too), so a drift in the machine's speed during the run
+weighs on both alike; windows are batched within a file.
 
     python benchmarks/longform.py --batch-sizes 1,2,4 --output benchmarks/results/longform_cpu.json
 """
@@ -47,18 +49,23 @@ def main() -> int:
               "audio_seconds": audio_seconds, "results": []}
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
         entry = {"batch_size": batch}
-        texts = {}
-        for name, use in (("main", False), ("speculative", True)):
-            start = time.perf_counter()
-            results = list(transcribe(pair, paths, options, batch_size=batch, use_assistant=use))
-            wall = time.perf_counter() - start
-            texts[name] = [r.text for r in results]
-            stats = [r.stats for r in results]
-            entry[f"{name}_seconds"] = wall
-            entry[f"{name}_real_time_factor"] = wall / audio_seconds
-            if use:
-                drafted = sum(s.drafted for s in stats)
-                entry["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
+        seconds = {"main": 0.0, "speculative": 0.0}
+        texts = {"main": [], "speculative": []}
+        stats = []
+        for index, path in enumerate(paths):
+            modes = [("main", False), ("speculative", True)]
+            for name, use in modes if index % 2 == 0 else modes[::-1]:
+                start = time.perf_counter()
+                (result,) = transcribe(pair, [path], options, batch_size=batch, use_assistant=use)
+                seconds[name] += time.perf_counter() - start
+                texts[name].append(result.text)
+                if use:
+                    stats.append(result.stats)
+        drafted = sum(s.drafted for s in stats)
+        entry["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
+        for name in seconds:
+            entry[f"{name}_seconds"] = seconds[name]
+            entry[f"{name}_real_time_factor"] = seconds[name] / audio_seconds
             labeled = [(f["text"], t) for f, t in zip(files, texts[name]) if f["text"]]
             entry[f"{name}_wer"] = word_error_rate([a for a, _ in labeled], [b for _, b in labeled], ["en"] * len(labeled))
         entry["speedup"] = entry["main_seconds"] / entry["speculative_seconds"]
