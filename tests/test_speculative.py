@@ -56,9 +56,11 @@ def test_a_row_decodes_alike_alone_and_beside_rows_that_finish_first(base_with_l
         assert [r.tokens for r in alone] == [r.tokens for r in batched]
     encode(pair, clip_mel, None, DecodingStats())
     first, _ = decode_encoded(pair, 4, options)
+    cache = pair.main.decoder.blocks[0].attn.kv_cache.k
     second, _ = decode_encoded(pair, 4, DecodingOptions(draft_tokens=4, timestamps=True))
     third, _ = decode_encoded(pair, 4, options)
     assert [r.tokens for r in third] == [r.tokens for r in first] == [r.tokens for r in batched]
+    assert pair.main.decoder.blocks[0].attn.kv_cache.k is cache  # the full cache is back, not reallocated
     assert [r.language for r in second] == [r.language for r in first]
 
 

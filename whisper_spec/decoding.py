@@ -374,9 +374,11 @@ def decode_encoded(
 
     # On CPU finished rows leave the decoders' batch rather than run until the longest row ends.
     # Every kernel there is row-invariant, so a row's results do not depend on which rows run
-    # beside it. The cross-attention states are restored for the next call.
+    # beside it. The full caches and cross-attention states are put back for the next call, which
+    # then neither reallocates the caches nor misses the finished rows' audio.
     decoders = [model.decoder for model in (main, assistant) if model is not None]
-    cross_states = [(block.cross_attn, block.cross_attn.cross_kv) for decoder in decoders for block in decoder.blocks]
+    full_rows = [(block.attn.kv_cache, block.attn.kv_cache.k, block.attn.kv_cache.v, block.cross_attn,
+                  block.cross_attn.cross_kv) for decoder in decoders for block in decoder.blocks]
     alive = rows if device.type == "cpu" else None
 
     def features(decoder, window: Tensor, positions: Tensor, span: int | None = None) -> Tensor:
@@ -479,8 +481,8 @@ def decode_encoded(
 
     _sync(device)
     stats.decoding_seconds += time.perf_counter() - start_time
-    for attention, states in cross_states:
-        attention.cross_kv = states
+    for cache, k, v, attention, states in full_rows:
+        cache.k, cache.v, attention.cross_kv = k, v, states
 
     results = []
     for row, (row_tokens, (drafted, accepted, generated, forwards, drafts), position_counts) in enumerate(
