@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from .audio import N_SAMPLES, AudioError, load_audio, log_mel_spectrogram, pad_or_trim
+from .audio import N_SAMPLES, SAMPLE_RATE, AudioError, load_audio, log_mel_spectrogram, pad_or_trim
 from .batch import Job, collect_jobs
 from .decoding import DecodingOptions, decode_encoded
 from .loader import ASSISTANT_CONFIG, ASSISTANT_FORMAT, WhisperModel, WhisperPair, output_rows
@@ -114,7 +114,7 @@ def perturb(audio: np.ndarray, seed: int, copy: int, key: str) -> np.ndarray:
 
     rng = np.random.default_rng([seed, copy, int(key[:8], 16)])
     speed = rng.uniform(0.9, 1.1)
-    audio = librosa.resample(audio, orig_sr=round(16000 * speed), target_sr=16000)
+    audio = librosa.resample(audio, orig_sr=round(SAMPLE_RATE * speed), target_sr=SAMPLE_RATE)
     noise = rng.standard_normal(len(audio)).astype(np.float32)
     snr_db = rng.uniform(10, 30)
     gain = np.sqrt(np.mean(audio**2) / 10 ** (snr_db / 10)) if len(audio) else 0.0
