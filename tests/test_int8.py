@@ -11,7 +11,9 @@ from whisper_spec.cli.main import main as cli
 from whisper_spec.decoding import DecodingOptions, decode_windows
 from whisper_spec.loader import load_model, load_pair
 from whisper_spec.models import default_assistant
-from whisper_spec.quantize import BLOCK_LINEARS, Int8Embedding, Int8Linear, quantize_per_channel, weight_bytes
+from whisper_spec.quantize import (
+    ALIGNMENT, BLOCK_LINEARS, Int8Embedding, Int8Linear, is_aligned, quantize_per_channel, weight_bytes
+)
 
 CLIPS = [speech(r["path"]) for r in manifest() if r["set"] == "librispeech"][8:12] + [
     speech("multilingual/pl/mls_1889_1447_000002.flac")
@@ -53,6 +55,41 @@ def test_every_int8_layer_stays_close_to_its_float_layer(base_pair, int8_pair, d
     x = torch.randn(4, 512)
     logits = torch.nn.functional.linear(x, float_decoder.token_embedding.weight)
     assert _relative_error(int8_decoder.proj_out(x.to(dtype)), logits) < 0.02
+
+
+def _unaligned_tensors(module: torch.nn.Module) -> list[str]:
+    return [name for name, t in module.state_dict().items() if t.numel() and not is_aligned(t)]
+
+
+def test_float16_assistant_file_is_loaded_into_aligned_storage():
+    """The shipped assistant is stored float16: at dtype float16 nothing converts its tensors, so
+    without realignment they would stay views at the file's offsets."""
+    pair = load_pair("base", default_assistant("base"), dtype="float16", assistant_int8=False)
+    assert pair.assistant.decoder.blocks[0].mlp.fc1.weight.dtype == torch.float16
+    assert _unaligned_tensors(pair.assistant.decoder) == [] and _unaligned_tensors(pair.main.decoder) == []
+
+
+def _misaligned_copy(tensor: torch.Tensor, offset: int) -> torch.Tensor:
+    """tensor's values in storage that starts `offset` bytes past an aligned address."""
+    buffer = torch.empty(tensor.numel() * tensor.element_size() + ALIGNMENT, dtype=torch.uint8)
+    view = buffer[offset : offset + tensor.numel() * tensor.element_size()].view(tensor.dtype).view(tensor.shape)
+    view.copy_(tensor)
+    return view
+
+
+@pytest.mark.parametrize("offset", [1, 2, 4, 8, 16, 32])
+def test_int8_linear_realigns_a_misaligned_weight_before_the_kernel_reads_it(offset):
+    """On AVX-512 CPUs aten._weight_int8pack_mm crashes the process on an unaligned weight (the
+    weights of a safetensors file read in place); on any CPU the weight must be realigned first."""
+    weight, scales = quantize_per_channel(torch.randn(1024, 512))
+    reference = Int8Linear(512, 1024, bias=False, device="meta")
+    reference.weight, reference.scales = weight, scales
+    linear = Int8Linear(512, 1024, bias=False, device="meta")
+    linear.weight, linear.scales = _misaligned_copy(weight, offset), scales
+    assert not is_aligned(linear.weight)
+    x = torch.randn(3, 512, dtype=torch.bfloat16)
+    assert torch.equal(linear(x), reference(x))
+    assert is_aligned(linear.weight) and torch.equal(linear.weight, weight)
 
 
 def test_int8_pair_is_exact_and_uses_the_fused_kernel(int8_pair):
@@ -110,6 +147,12 @@ def test_prequantized_directories_build_no_float_decoder_weights(tmp_path, int8_
 
     pair = load_pair(tmp_path / "base-int8", tmp_path / "assistant-int8", dtype="bfloat16")
     assert pair.int8_kernel == "int8pack_mm"
+    # read from safetensors files, whose tensors sit at 8-byte offsets: every weight a kernel reads
+    # (the int8 ones crash ATen's kernel on AVX-512 otherwise) is loaded into aligned storage
+    int8_weights = [m.weight for d in (pair.main.decoder, pair.assistant.decoder) for m in d.modules()
+                    if isinstance(m, Int8Linear)]
+    assert len(int8_weights) > 40 and all(is_aligned(w) for w in int8_weights)
+    assert [_unaligned_tensors(m) for m in (pair.main.encoder, pair.main.decoder, pair.assistant.decoder)] == [[]] * 3
     mel = mel_of(CLIPS[:2])
     prequantized, _ = decode_windows(pair, mel, DecodingOptions())
     on_the_fly, _ = decode_windows(int8_pair, mel, DecodingOptions())

@@ -21,6 +21,7 @@ from .quantize import (
     QUANTIZATION_CONFIG,
     Int8Embedding,
     Int8Linear,
+    aligned,
     int8_modules,
     kernel_for,
     quantize_per_channel,
@@ -183,8 +184,11 @@ def _build(module_class, dims: ModelDims, state_dict: dict, dtype: torch.dtype, 
 
 
 def _placed(state_dict: dict, dtype: torch.dtype, device) -> dict:
-    """Tensors on the device; float ones in dtype, int8 weights left int8."""
-    return {k: v.to(device=device, dtype=dtype if v.is_floating_point() else None) for k, v in state_dict.items()}
+    """Tensors on the device, contiguous and aligned (a tensor read from a file may sit at any
+    offset in it, and kernels may read weights with aligned loads); float ones in dtype, int8
+    weights left int8."""
+    return {k: aligned(v.to(device=device, dtype=dtype if v.is_floating_point() else None))
+            for k, v in state_dict.items()}
 
 
 def _load_module(module: torch.nn.Module, state_dict: dict, dtype: torch.dtype, device: torch.device) -> None:

@@ -10,6 +10,11 @@ plain dequantize-then-matmul; `kernel_for` reports which.
 Weights are quantized before they reach the device (or come int8 from a pre-quantized
 directory), and the modules are built on the meta device and assigned, so no float decoder
 weight is ever allocated where the model runs.
+
+Every weight handed to the kernel is contiguous and 64-byte aligned (`aligned`): on AVX-512 CPUs
+ATen's int8 kernel reads the weight with aligned vector loads and crashes the process (SIGSEGV, no
+Python error) on a weight at an unaligned address, such as a tensor viewed in place inside a
+safetensors file, whose data offsets are only 8-byte aligned.
 """
 
 from __future__ import annotations
@@ -24,6 +29,17 @@ INT8_FORMAT = "whisper-spec-int8/1"
 QUANTIZATION_CONFIG = "quantization.json"
 # the decoder's linear layers that go int8 (per block), and the tied embedding / output projection
 BLOCK_LINEARS = ("attn.qkv", "attn.out", "cross_attn.q", "cross_attn.kv", "cross_attn.out", "mlp.fc1", "mlp.fc2")
+# what freshly allocated CPU storage guarantees (c10's allocator), and what AVX-512 loads need
+ALIGNMENT = 64
+
+
+def is_aligned(tensor: Tensor) -> bool:
+    return tensor.is_contiguous() and tensor.data_ptr() % ALIGNMENT == 0
+
+
+def aligned(tensor: Tensor) -> Tensor:
+    """The tensor itself if contiguous and aligned, else a copy in fresh storage, which is."""
+    return tensor if is_aligned(tensor) else tensor.clone(memory_format=torch.contiguous_format)
 
 
 def quantize_per_channel(weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -46,10 +62,13 @@ def quantize_decoder_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
 
 @functools.cache
 def kernel_for(device_type: str, dtype: torch.dtype) -> str:
-    """The fastest int8 matmul that runs here: 'int8pack_mm', 'compiled' or 'dequantize'."""
+    """The fastest int8 matmul that runs here: 'int8pack_mm', 'compiled' or 'dequantize'.
+
+    The probe's weight has the layout every real one is given (fresh, contiguous, aligned) and an
+    odd row count like the vocabulary's: a kernel that crashes rather than raises is not caught."""
     device = torch.device(device_type)
     x = torch.randn(2, 64, dtype=dtype, device=device)
-    weight, scales = quantize_per_channel(torch.randn(32, 64))
+    weight, scales = quantize_per_channel(torch.randn(33, 64))
     try:
         torch.ops.aten._weight_int8pack_mm(x, weight.to(device), scales.to(device=device, dtype=dtype))
         return "int8pack_mm"
@@ -70,7 +89,8 @@ _compiled_dequantize_mm = torch.compile(_dequantize_mm, dynamic=True)
 
 
 class Int8Linear(nn.Module):
-    """y = x @ (int8 weight * scales).T + bias, computed by a fused kernel."""
+    """y = x @ (int8 weight * scales).T + bias, computed by a fused kernel. A weight assigned
+    unaligned (see `aligned`) is copied into aligned storage before the kernel first reads it."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool, device=None):
         super().__init__()
@@ -85,7 +105,9 @@ class Int8Linear(nn.Module):
         scales = self.scales.to(x.dtype)
         kernel = kernel_for(x.device.type, x.dtype)
         if kernel == "int8pack_mm":
-            y = torch.ops.aten._weight_int8pack_mm(x, self.weight, scales)
+            if not torch.compiler.is_compiling() and not is_aligned(self.weight):
+                self.weight = aligned(self.weight)
+            y = torch.ops.aten._weight_int8pack_mm(x.contiguous(), self.weight, scales)
         elif kernel == "compiled":
             y = _compiled_dequantize_mm(x, self.weight, scales)
         else:
