@@ -19,11 +19,11 @@ from pathlib import Path
 
 from _common import SPEECH, manifest_rows, progress, write_report
 
-from whisper_spec.bench import machine_info, word_error_rate
-from whisper_spec.decoding import DecodingOptions
-from whisper_spec.loader import load_pair
-from whisper_spec.models import default_assistant
-from whisper_spec.transcribe import transcribe
+from whisper_spec.bench.metrics import machine_info, word_error_rate
+from whisper_spec.load import load_pair
+from whisper_spec.options import DecodingOptions
+from whisper_spec.pipeline import transcribe
+from whisper_spec.sources import default_assistant
 
 
 def main() -> int:

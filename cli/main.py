@@ -1,4 +1,8 @@
-"""`whisper-spec`: transcribe with speculative decoding, distil assistants, manage the embedded models."""
+"""`whisper-spec`: transcribe with speculative decoding, distil assistants, manage the embedded models.
+
+Defaults come from the option dataclasses (whisper_spec.options), which import no torch; each
+command imports what it needs when it runs, so --help and --version start fast.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,17 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from whisper_spec import __version__
+from whisper_spec.options import (
+    BATCH_SIZE,
+    DTYPES,
+    BenchOptions,
+    ChunkingOptions,
+    DecodingOptions,
+    DistillOptions,
+)
+from whisper_spec.sources import DEFAULT_MODEL
 
 PROG = "whisper-spec"
 
@@ -15,17 +30,14 @@ def _error(message: str) -> None:
 
 
 def _add_draft_options(group) -> None:
-    # the defaults are DecodingOptions' (tests/test_cli.py checks), not imported: --help stays torch-free
-    group.add_argument("--draft-tokens", "-k", type=int, default=4,
+    group.add_argument("--draft-tokens", "-k", type=int, default=DecodingOptions.draft_tokens,
                        help="most tokens the assistant drafts per round (default: %(default)s)")
-    group.add_argument("--draft-confidence", type=float, default=0.8,
+    group.add_argument("--draft-confidence", type=float, default=DecodingOptions.draft_confidence,
                        help="a row stops drafting for the round after a draft the assistant gives less "
                             "probability than this; 0 drafts all k (default: %(default)s)")
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
-    from whisper_spec.models import DEFAULT_MODEL
-
     group = parser.add_argument_group("model")
     group.add_argument("--model", "-m", default=DEFAULT_MODEL,
                        help="embedded model name (base, tiny.en), model directory (Hugging Face or CTranslate2) "
@@ -37,7 +49,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="shared: the assistant reads the main encoder's output; own: it runs its own encoder; "
                             "auto: shared for decoder-only checkpoints (default: %(default)s)")
     group.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    group.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+    group.add_argument("--dtype", choices=DTYPES, default=None,
                        help="weight and activation dtype (default: float16 on cuda, float32 on cpu; "
                             "bfloat16 on cpu with --int8)")
     group.add_argument("--int8", action="store_true",
@@ -47,18 +59,20 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("decoding")
     group.add_argument("--language", "-l", default=None, help="language code such as en, de, nl (default: detect)")
-    group.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
-    group.add_argument("--temperature", type=float, default=0.0, help="0 for greedy (default: %(default)s)")
+    group.add_argument("--task", choices=("transcribe", "translate"), default=DecodingOptions.task)
+    group.add_argument("--temperature", type=float, default=DecodingOptions.temperature,
+                       help="0 for greedy (default: %(default)s)")
     group.add_argument("--seed", type=int, default=None, help="random seed for sampling")
-    group.add_argument("--batch-size", "-b", type=int, default=4, help="30 s windows decoded together (default: 4)")
+    group.add_argument("--batch-size", "-b", type=int, default=BATCH_SIZE,
+                       help="30 s windows decoded together (default: %(default)s)")
     _add_draft_options(group)
     group.add_argument("--adaptive-draft", action="store_true",
                        help="per row: draft 2 more after full acceptance, 1 fewer after a rejection")
     group.add_argument("--timestamps", action=argparse.BooleanOptionalAction, default=None,
                        help="predict segment timestamps (default: on for srt and vtt output)")
-    group.add_argument("--chunk-length", type=float, default=30.0,
+    group.add_argument("--chunk-length", type=float, default=ChunkingOptions.chunk_length,
                        help="seconds per window for audio longer than one window (default: %(default)s)")
-    group.add_argument("--overlap", type=float, default=10.0,
+    group.add_argument("--overlap", type=float, default=ChunkingOptions.overlap,
                        help="seconds shared by consecutive windows, where they are stitched (default: %(default)s)")
 
 
@@ -78,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Whisper transcription with speculative decoding: exact output, less time."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     transcribe = sub.add_parser("transcribe", help="transcribe audio files",
@@ -98,51 +113,68 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decoding_options(batch)
     _add_output_options(batch, output_dir_required=True)
 
+    _add_distill_parser(sub)
+    _add_export_parser(sub)
+    _add_bench_parser(sub)
+    _add_quantize_parser(sub)
+    _add_models_parser(sub)
+    return parser
+
+
+def _add_distill_parser(sub) -> None:
     distill = sub.add_parser(
         "distill", help="train a small assistant decoder for a main model",
         description="Distil an assistant decoder from the main model on unlabeled audio: it shares the main "
                     "encoder, starts from a few main decoder layers and learns the main model's pseudo-labels "
                     "(with and without timestamps) and token distributions. Encoder outputs and pseudo-labels "
                     "are cached, so a second run with other options starts training at once.")
-    distill.add_argument("--main", "-m", default=None, help="main model (default: base)")
+    distill.add_argument("--main", "-m", default=DEFAULT_MODEL, help="main model (default: %(default)s)")
     distill.add_argument("--audio", required=True, metavar="INPUT",
                          help="training audio: folder, glob or JSON-lines manifest, as for batch")
     distill.add_argument("--output", "-o", type=Path, required=True, help="assistant directory to write")
     train = distill.add_argument_group("training")
-    train.add_argument("--layers", type=int, default=2, help="assistant decoder layers (default: %(default)s)")
+    train.add_argument("--layers", type=int, default=DistillOptions.layers,
+                       help="assistant decoder layers (default: %(default)s)")
     train.add_argument("--init-layers", default=None,
                        help="comma-separated main layers to start from (default: spread, first and last kept)")
-    train.add_argument("--draft-vocab", type=int, default=16384,
+    train.add_argument("--draft-vocab", type=int, default=DistillOptions.draft_vocab,
                        help="tokens the assistant can draft, timestamps included (default: %(default)s)")
-    train.add_argument("--steps", type=int, default=1000, help="optimizer steps (default: %(default)s)")
-    train.add_argument("--batch-size", "-b", type=int, default=16, help="sequences per step (default: %(default)s)")
-    train.add_argument("--learning-rate", "--lr", type=float, default=3e-4, help="peak AdamW rate (default: %(default)s)")
-    train.add_argument("--warmup-steps", type=int, default=50)
-    train.add_argument("--join", type=int, default=0, metavar="N",
+    train.add_argument("--steps", type=int, default=DistillOptions.steps, help="optimizer steps (default: %(default)s)")
+    train.add_argument("--batch-size", "-b", type=int, default=DistillOptions.batch_size,
+                       help="sequences per step (default: %(default)s)")
+    train.add_argument("--learning-rate", "--lr", type=float, default=DistillOptions.learning_rate,
+                       help="peak AdamW rate (default: %(default)s)")
+    train.add_argument("--warmup-steps", type=int, default=DistillOptions.warmup_steps)
+    train.add_argument("--join", type=int, default=DistillOptions.join, metavar="N",
                        help="also train on recordings of N files joined end to end, whose 30 s windows are full and "
                             "cut speech at their edges, as long-form transcription's are (default: none)")
-    train.add_argument("--augment", type=int, default=0, metavar="N",
+    train.add_argument("--augment", type=int, default=DistillOptions.augment, metavar="N",
                        help="also train on N perturbed copies of every training recording: speed changed by up to "
                             "10%%, white noise at 10-30 dB SNR (default: none)")
-    train.add_argument("--held-out", type=float, default=0.1,
+    train.add_argument("--held-out", type=float, default=DistillOptions.held_out,
                        help="fraction of files kept out for held-out acceptance (default: %(default)s)")
-    train.add_argument("--eval-every", type=int, default=100, help="steps between held-out evaluations")
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--eval-every", type=int, default=DistillOptions.eval_every,
+                       help="steps between held-out evaluations")
+    train.add_argument("--seed", type=int, default=DistillOptions.seed)
     train.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     train.add_argument("--cache-dir", type=Path, default=None,
                        help="teacher cache (default: per main model under the whisper-spec cache)")
     train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt")
     train.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
 
+
+def _add_export_parser(sub) -> None:
     export = sub.add_parser(
         "export", help="write an assistant as a standard WhisperForCausalLM directory",
         description="Write a distilled assistant (with the weights it shares with its main model) as a Hugging "
                     "Face WhisperForCausalLM directory, usable as transformers' assistant_model.")
     export.add_argument("assistant", metavar="ASSISTANT", help="distilled assistant directory")
-    export.add_argument("--main", "-m", default=None, help="its main model (default: base)")
+    export.add_argument("--main", "-m", default=DEFAULT_MODEL, help="its main model (default: %(default)s)")
     export.add_argument("--output", "-o", type=Path, required=True)
-    export.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float16")
+    export.add_argument("--dtype", choices=DTYPES, default="float16")
 
+
+def _add_bench_parser(sub) -> None:
     bench = sub.add_parser(
         "bench", help="WER and time: main-only vs speculative (and peers), with an exactness check",
         description="Benchmark main-only against speculative decoding on one set of utterances, at each batch size "
@@ -160,16 +192,19 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--language", "-l", default=None, help="language of every utterance (default: given or detected)")
     _add_model_options(bench)
     runs = bench.add_argument_group("configurations")
-    runs.add_argument("--batch-sizes", default="1,4", help="comma-separated (default: %(default)s)")
+    runs.add_argument("--batch-sizes", default=",".join(map(str, BenchOptions.batch_sizes)),
+                      help="comma-separated (default: %(default)s)")
     _add_draft_options(runs)
-    runs.add_argument("--repeats", type=int, default=3, help="timed repeats, median reported (default: %(default)s)")
-    runs.add_argument("--peers", default="transformers,faster-whisper",
+    runs.add_argument("--repeats", type=int, default=BenchOptions.repeats, help="timed repeats, median reported (default: %(default)s)")
+    runs.add_argument("--peers", default=",".join(BenchOptions.peers),
                       help="comma-separated peers to run where installed, or none (default: %(default)s)")
-    runs.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
+    runs.add_argument("--task", choices=("transcribe", "translate"), default=DecodingOptions.task)
     bench.add_argument("--output-dir", "-o", type=Path, default=Path("bench-results"),
                        help="where the report and plots go (default: %(default)s)")
     bench.add_argument("--quiet", "-q", action="store_true")
 
+
+def _add_quantize_parser(sub) -> None:
     quantize = sub.add_parser(
         "quantize", help="write a pre-quantized int8 copy of a model or a distilled assistant",
         description="Write MODEL (embedded name, model directory, hub id) or a distilled assistant directory with "
@@ -178,15 +213,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "weights. Use it as --model or --assistant; --int8 is then implied for it.")
     quantize.add_argument("model", metavar="MODEL")
     quantize.add_argument("--output", "-o", type=Path, required=True)
-    quantize.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float16",
+    quantize.add_argument("--dtype", choices=DTYPES, default="float16",
                           help="dtype of the tensors that stay float (default: %(default)s)")
 
+
+def _add_models_parser(sub) -> None:
     models = sub.add_parser("models", help="list the embedded models and prepare them",
                             description="List the embedded models; --prepare converts them into the cache.")
     models.add_argument("--prepare", nargs="*", metavar="NAME", default=None,
                         help="convert these embedded models now (no names: all)")
     models.add_argument("--json", action="store_true", help="print JSON")
-    return parser
 
 
 def _pick_device(device: str | None, dtype: str | None, int8: bool = False) -> tuple[str, str]:
@@ -200,8 +236,8 @@ def _pick_device(device: str | None, dtype: str | None, int8: bool = False) -> t
 
 def load_from_args(args, note):
     """The model pair the options name."""
-    from whisper_spec.loader import load_pair
-    from whisper_spec.models import default_assistant
+    from whisper_spec.load import load_pair
+    from whisper_spec.sources import default_assistant
 
     assistant = args.assistant
     if assistant is None:
@@ -221,8 +257,6 @@ def load_from_args(args, note):
 
 def _setup(args):
     """Formats, decoding and chunking options, the model pair and a note printer, from the arguments."""
-    from whisper_spec.decoding import DecodingOptions
-    from whisper_spec.transcribe import ChunkingOptions
     from whisper_spec.writers import FORMATS
 
     formats = args.format or ["txt"]
@@ -243,16 +277,11 @@ def _setup(args):
 
 
 def cmd_transcribe(args) -> int:
-    from whisper_spec.batch import audio_progress
-    from whisper_spec.transcribe import Failure, transcribe
+    from whisper_spec.jobs import audio_progress
+    from whisper_spec.pipeline import Failure, transcribe
     from whisper_spec.writers import render, write_outputs
 
-    try:
-        formats, options, chunking, pair, note = _setup(args)
-    except (ValueError, FileNotFoundError) as error:
-        _error(str(error))
-        return 2
-
+    formats, options, chunking, pair, note = _setup(args)
     failures = 0
     bar = audio_progress([Path(f) for f in args.files], enabled=not args.quiet)
     results = transcribe(pair, args.files, options, batch_size=args.batch_size, chunking=chunking,
@@ -277,14 +306,11 @@ def cmd_transcribe(args) -> int:
 
 
 def cmd_batch(args) -> int:
-    from whisper_spec.batch import collect_jobs, run_batch
+    from whisper_spec.batch import run_batch
+    from whisper_spec.jobs import collect_jobs
 
-    try:
-        jobs = collect_jobs(args.input)
-        formats, options, chunking, pair, note = _setup(args)
-    except (ValueError, FileNotFoundError) as error:
-        _error(str(error))
-        return 2
+    jobs = collect_jobs(args.input)
+    formats, options, chunking, pair, note = _setup(args)
     summary = run_batch(pair, jobs, args.output_dir, formats, options, batch_size=args.batch_size,
                         chunking=chunking, progress=not args.quiet)
     rtf = summary["real_time_factor"]
@@ -303,28 +329,23 @@ def cmd_distill(args) -> int:
 
     import torch
 
-    from whisper_spec.distill import DistillOptions, distill
-    from whisper_spec.loader import load_pair
-    from whisper_spec.models import DEFAULT_MODEL
+    from whisper_spec.distill.train import distill
+    from whisper_spec.load import load_pair
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    try:
-        init_layers = tuple(int(i) for i in args.init_layers.split(",")) if args.init_layers else None
-        options = DistillOptions(
-            layers=len(init_layers) if init_layers else args.layers, init_layers=init_layers,
-            draft_vocab=args.draft_vocab, steps=args.steps, batch_size=args.batch_size,
-            learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, held_out=args.held_out,
-            eval_every=args.eval_every, seed=args.seed, join=args.join, augment=args.augment,
-        )
-        device, _ = _pick_device(args.device, "float32")
-        main_pair = load_pair(args.main or DEFAULT_MODEL, dtype="float32", device=device)
-        command = shlex.join([PROG, *sys.argv[1:]])
-        summary = distill(main_pair, args.audio, args.output, options, cache=args.cache_dir,
-                          resume=args.resume, command=command)
-    except (ValueError, FileNotFoundError) as error:
-        _error(str(error))
-        return 2
+    init_layers = tuple(int(i) for i in args.init_layers.split(",")) if args.init_layers else None
+    options = DistillOptions(
+        layers=len(init_layers) if init_layers else args.layers, init_layers=init_layers,
+        draft_vocab=args.draft_vocab, steps=args.steps, batch_size=args.batch_size,
+        learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, held_out=args.held_out,
+        eval_every=args.eval_every, seed=args.seed, join=args.join, augment=args.augment,
+    )
+    device, _ = _pick_device(args.device, "float32")
+    main_pair = load_pair(args.main, dtype="float32", device=device)
+    command = shlex.join([PROG, *sys.argv[1:]])
+    summary = distill(main_pair, args.audio, args.output, options, cache=args.cache_dir,
+                      resume=args.resume, command=command)
     acceptance = summary["held_out_acceptance"]
     print(f"wrote {args.output}: {summary['training_data']['windows']} windows, "
           f"labels {summary['label_seconds']:.0f} s, training {summary['train_seconds']:.0f} s"
@@ -334,47 +355,40 @@ def cmd_distill(args) -> int:
 
 def cmd_export(args) -> int:
     from whisper_spec.export import save_model
-    from whisper_spec.loader import as_dtype, is_distilled_assistant, load_pair
-    from whisper_spec.models import DEFAULT_MODEL
+    from whisper_spec.load import as_dtype, load_pair
+    from whisper_spec.pair import is_distilled_assistant
 
     if not is_distilled_assistant(Path(args.assistant)):
-        _error(f"{args.assistant}: not a distilled assistant directory (no assistant.json)")
-        return 2
-    try:
-        pair = load_pair(args.main or DEFAULT_MODEL, args.assistant, assistant_int8=False)  # its stored weights
-    except (ValueError, FileNotFoundError) as error:
-        _error(str(error))
-        return 2
+        raise ValueError(f"{args.assistant}: not a distilled assistant directory (no assistant.json)")
+    pair = load_pair(args.main, args.assistant, assistant_int8=False)  # its stored weights
     path = save_model(pair.assistant, args.output, decoder_only=True, dtype=as_dtype(args.dtype))
     print(f"wrote {path} (WhisperForCausalLM, {pair.assistant.dims.n_text_layer} layers)", file=sys.stderr)
     return 0
 
 
 def cmd_bench(args) -> int:
-    from whisper_spec.bench import BenchOptions, load_utterances, markdown_table, run_bench, write_outputs
-    from whisper_spec.loader import load_pair
+    from whisper_spec.bench.data import load_utterances
+    from whisper_spec.bench.harness import run_bench
+    from whisper_spec.bench.report import markdown_table, write_outputs
+    from whisper_spec.load import load_pair
 
     note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
-    try:
-        batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
-        peers = () if args.peers == "none" else tuple(p for p in args.peers.split(",") if p)
-        options = BenchOptions(batch_sizes=batch_sizes, int8=args.int8, peers=peers, repeats=args.repeats,
-                               draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, task=args.task)
-        sets = args.sets.split(",") if args.sets else None
-        utterances = load_utterances(args.source, config=args.config, split=args.split, sets=sets, limit=args.limit,
-                                     language=args.language)
-        if not utterances:
-            raise ValueError(f"{args.source}: no utterances")
-        args.int8 = False  # the float pair; int8 configurations get their own
-        pair = load_from_args(args, note)
-        int8_pair = None
-        if options.int8:
-            _, int8_dtype = _pick_device(str(pair.device), args.dtype, int8=True)
-            int8_pair = load_pair(args.model, pair.assistant.name if pair.assistant else None, dtype=int8_dtype,
-                                  device=pair.device, int8=True, assistant_encoder=args.assistant_encoder)
-    except (ValueError, FileNotFoundError) as error:
-        _error(str(error))
-        return 2
+    batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
+    peers = () if args.peers == "none" else tuple(p for p in args.peers.split(",") if p)
+    options = BenchOptions(batch_sizes=batch_sizes, int8=args.int8, peers=peers, repeats=args.repeats,
+                           draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, task=args.task)
+    sets = args.sets.split(",") if args.sets else None
+    utterances = load_utterances(args.source, config=args.config, split=args.split, sets=sets, limit=args.limit,
+                                 language=args.language)
+    if not utterances:
+        raise ValueError(f"{args.source}: no utterances")
+    args.int8 = False  # the float pair; int8 configurations get their own
+    pair = load_from_args(args, note)
+    int8_pair = None
+    if options.int8:
+        _, int8_dtype = _pick_device(str(pair.device), args.dtype, int8=True)
+        int8_pair = load_pair(args.model, pair.assistant.name if pair.assistant else None, dtype=int8_dtype,
+                              device=pair.device, int8=True, assistant_encoder=args.assistant_encoder)
     data = {"source": args.source, "config": args.config, "split": args.split, "sets": sets, "limit": args.limit}
     report = run_bench(pair, utterances, options, model=args.model, int8_pair=int8_pair, data=data,
                        progress=not args.quiet)
@@ -386,26 +400,21 @@ def cmd_bench(args) -> int:
 
 def cmd_quantize(args) -> int:
     from whisper_spec.export import save_int8
-    from whisper_spec.loader import as_dtype
+    from whisper_spec.load import as_dtype
 
-    try:
-        path = save_int8(args.model, args.output, dtype=as_dtype(args.dtype))
-    except (ValueError, FileNotFoundError) as error:
-        _error(str(error))
-        return 2
+    path = save_int8(args.model, args.output, dtype=as_dtype(args.dtype))
     size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
     print(f"wrote {path} ({size / 2**20:.1f} MiB)", file=sys.stderr)
     return 0
 
 
 def cmd_models(args) -> int:
-    from whisper_spec.models import EMBEDDED_MODELS, ModelNotFound, default_assistant, list_models, prepare_embedded
+    from whisper_spec.sources import EMBEDDED_MODELS, ModelNotFound, default_assistant, list_models, prepare_embedded
 
     if args.prepare is not None:
         for name in args.prepare or list(EMBEDDED_MODELS):
             if name not in EMBEDDED_MODELS:
-                _error(f"{name}: not an embedded model (known: {', '.join(EMBEDDED_MODELS)})")
-                return 2
+                raise ValueError(f"{name}: not an embedded model (known: {', '.join(EMBEDDED_MODELS)})")
             try:
                 print(f"{name}: {prepare_embedded(name)}", file=sys.stderr)
             except ModelNotFound as error:
@@ -427,15 +436,21 @@ def cmd_models(args) -> int:
     return 0
 
 
+COMMANDS = {"transcribe": cmd_transcribe, "batch": cmd_batch, "distill": cmd_distill, "export": cmd_export,
+            "bench": cmd_bench, "quantize": cmd_quantize, "models": cmd_models}
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; bad input (a file, a model, an option) ends it with one line and exit 2."""
     args = build_parser().parse_args(argv)
     try:
-        commands = {"transcribe": cmd_transcribe, "batch": cmd_batch, "distill": cmd_distill, "export": cmd_export,
-                    "bench": cmd_bench, "quantize": cmd_quantize, "models": cmd_models}
-        return commands[args.command](args)
+        return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
+    except (ValueError, FileNotFoundError) as error:  # AudioError, IncompatiblePair, ModelNotFound among them
+        _error(str(error))
+        return 2
 
 
 if __name__ == "__main__":

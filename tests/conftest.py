@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from whisper_spec.audio import load_audio, log_mel_spectrogram, pad_or_trim
-from whisper_spec.loader import WhisperModel, WhisperPair, load_pair
+from whisper_spec.load import load_pair
 from whisper_spec.model import Decoder, Encoder, ModelDims
+from whisper_spec.pair import Whisper, WhisperPair
 from whisper_spec.tokenizer import SpecialTokens
 
 SPEECH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech"
@@ -65,11 +66,11 @@ def random_model(seed: int, dims: ModelDims = RANDOM_DIMS, with_encoder: bool = 
         decoder.ln.bias.normal_(0, 0.5)
         # the final bias times the EOT embedding is a constant EOT logit: rows end at varied steps
         decoder.token_embedding.weight[RANDOM_SPECIAL.eot] += eot_bias * decoder.ln.bias
-    return WhisperModel(f"random-{seed}", Path("."), dims, RANDOM_SPECIAL, None, decoder.eval(),
+    return Whisper(f"random-{seed}", Path("."), dims, RANDOM_SPECIAL, None, decoder.eval(),
                         encoder.eval() if encoder is not None else None)
 
 
-def perturbed_decoder(model: WhisperModel, noise: float, seed: int) -> WhisperModel:
+def perturbed_decoder(model: Whisper, noise: float, seed: int) -> Whisper:
     """A decoder-only assistant that mostly agrees with model: its weights plus Gaussian noise."""
     torch.manual_seed(seed)
     decoder = Decoder(model.dims)
@@ -77,4 +78,4 @@ def perturbed_decoder(model: WhisperModel, noise: float, seed: int) -> WhisperMo
     with torch.no_grad():
         for p in decoder.parameters():
             p.add_(torch.randn_like(p) * noise * p.std().clamp(min=1e-3))
-    return WhisperModel(f"{model.name}+noise{noise}", model.path, model.dims, model.special, None, decoder.eval(), None)
+    return Whisper(f"{model.name}+noise{noise}", model.path, model.dims, model.special, None, decoder.eval(), None)

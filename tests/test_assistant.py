@@ -5,13 +5,16 @@ from dataclasses import replace
 
 import pytest
 import torch
-
 from conftest import manifest, mel_of, speech
+
 from whisper_spec.audio import N_FRAMES, load_audio, log_mel_spectrogram, pad_or_trim, signal_frames
-from whisper_spec.decoding import DecodingOptions, DecodingStats, decode_windows, encode
-from whisper_spec.loader import load_pair
-from whisper_spec.models import default_assistant
+from whisper_spec.decoding import decode_windows
+from whisper_spec.encoding import encode
+from whisper_spec.load import load_pair
+from whisper_spec.options import DecodingOptions
 from whisper_spec.quantize import Int8Linear
+from whisper_spec.sources import default_assistant
+from whisper_spec.stats import DecodingStats
 
 ENGLISH = [r["path"] for r in manifest() if r["set"] == "librispeech"][:8]
 OTHERS = [speech("multilingual/pl/mls_1889_1447_000002.flac")] + [

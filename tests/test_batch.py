@@ -4,11 +4,12 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import SPEECH, manifest
-from whisper_spec.batch import FAILURES_FILE, SUMMARY_FILE, collect_jobs, run_batch
-from whisper_spec.decoding import DecodingOptions
-from whisper_spec.loader import WhisperPair, decoder_subset
+
+from whisper_spec.batch import FAILURES_FILE, SUMMARY_FILE, run_batch
+from whisper_spec.jobs import collect_jobs
+from whisper_spec.options import DecodingOptions
+from whisper_spec.pair import WhisperPair, decoder_subset
 
 
 def test_inputs_folder_glob_and_manifest():

@@ -6,13 +6,17 @@ from pathlib import Path
 
 import jiwer
 import pytest
-
-import whisper_spec.bench as bench
 from conftest import SPEECH
-from whisper_spec.bench import BenchOptions, load_utterances, normalize, run_bench, word_error_rate
+
+import whisper_spec.bench.harness as harness
+from whisper_spec.bench.data import load_utterances
+from whisper_spec.bench.harness import run_bench
+from whisper_spec.bench.metrics import normalize, word_error_rate
+from whisper_spec.bench.report import write_outputs
 from whisper_spec.cli.main import main as cli
-from whisper_spec.loader import load_pair
-from whisper_spec.models import default_assistant
+from whisper_spec.load import load_pair
+from whisper_spec.options import BenchOptions
+from whisper_spec.sources import default_assistant
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 MANIFEST = str(SPEECH / "manifest.jsonl")
@@ -65,14 +69,14 @@ def test_report_has_every_documented_field_and_passes_the_check(pair, utterances
     fields = set(report) | set(report["configs"][0]) | set(report["data"]) | set(report["machine"]) | set(report["check"])
     assert set(documented) <= fields, set(documented) - fields
 
-    paths = bench.write_outputs(report, tmp_path)
+    paths = write_outputs(report, tmp_path)
     assert [p.name for p in paths] == ["report.json", "report.md", "time_by_config.png", "acceptance_by_position.png"]
     assert json.loads(paths[0].read_text())["configs"][0]["name"] == "main b1"
     assert "| speculative b1 |" in paths[1].read_text()
 
 
 def test_exactness_check_fails_when_an_output_is_altered(pair, utterances, monkeypatch):
-    run_ours = bench._run_ours
+    run_ours = harness._run_ours
 
     def altered(p, utts, config, options):
         tokens, texts, stats, per_utterance = run_ours(p, utts, config, options)
@@ -82,7 +86,7 @@ def test_exactness_check_fails_when_an_output_is_altered(pair, utterances, monke
                 texts[i] = ""  # every reference word now a deletion: the WER must move
         return tokens, texts, stats, per_utterance
 
-    monkeypatch.setattr(bench, "_run_ours", altered)
+    monkeypatch.setattr(harness, "_run_ours", altered)
     report = run_bench(pair, utterances, BenchOptions(batch_sizes=(1,), repeats=1, peers=()), progress=False)
     assert not report["check"]["passed"]
     failures = " ".join(report["check"]["failures"])

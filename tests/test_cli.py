@@ -7,7 +7,6 @@ import librosa
 import numpy as np
 import pytest
 import soundfile
-
 from conftest import speech
 from whisper_spec.cli.main import main
 
@@ -96,7 +95,8 @@ def test_unknown_language_and_help(capsys):
 
 def test_draft_defaults_are_the_decoding_options_defaults():
     from whisper_spec.cli.main import build_parser
-    from whisper_spec.decoding import DecodingOptions
+
+    from whisper_spec.options import DecodingOptions
 
     for command in (["transcribe", "x.wav"], ["bench", "x.jsonl"]):
         args = build_parser().parse_args(command)
@@ -107,3 +107,17 @@ def test_models_lists_embedded_defaults(capsys):
     assert main(["models", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows["base"]["installed"] and rows["tiny.en"]["installed"]
+
+
+def test_version_and_help_start_without_torch(capsys):
+    """--help and --version import no torch (the option defaults live in a torch-free module)."""
+    import subprocess
+    import sys
+
+    from whisper_spec import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"whisper-spec {__version__}"
+    check = "import sys; from whisper_spec.cli.main import build_parser; build_parser(); print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout == "False\n"

@@ -1,4 +1,4 @@
-"""CTranslate2 -> Hugging Face conversion of the embedded models."""
+"""CTranslate2 -> Hugging Face conversion of the embedded sources."""
 
 import json
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from whisper_spec import models
-from whisper_spec.convert import read_ct2_model
-from whisper_spec.models import EMBEDDED_MODELS, ModelNotFound, prepare_embedded
+from whisper_spec import sources
+from whisper_spec.ct2 import read_ct2_model
+from whisper_spec.sources import EMBEDDED_MODELS, ModelNotFound, prepare_embedded
 
 
 def test_base_conversion_is_faithful(base_pair):
@@ -16,7 +16,7 @@ def test_base_conversion_is_faithful(base_pair):
     config = json.loads((path / "config.json").read_text())
     assert (config["vocab_size"], config["d_model"], config["decoder_layers"], config["num_mel_bins"]) == (51865, 512, 6, 80)
     spec = EMBEDDED_MODELS["base"]
-    raw = read_ct2_model(b"".join(models._locate(p).read_bytes() for p in spec.model_bin_parts), path)
+    raw = read_ct2_model(b"".join(sources._locate(p).read_bytes() for p in spec.model_bin_parts), path)
     fused = raw["decoder/layer_2/self_attention/linear_0/weight"].float()
     ours = base_pair.main.decoder.blocks[2].attn.qkv.weight
     assert torch.equal(ours, fused)  # q, k, v in CTranslate2's order, float16 values kept exactly
@@ -39,7 +39,7 @@ def test_conversion_is_cached_and_hash_checked(monkeypatch, tmp_path):
 
     bad = dict(EMBEDDED_MODELS)
     bad["tiny.en"] = EMBEDDED_MODELS["tiny.en"].__class__(**{**EMBEDDED_MODELS["tiny.en"].__dict__, "sha256": "0" * 64})
-    monkeypatch.setattr(models, "EMBEDDED_MODELS", bad)
+    monkeypatch.setattr(sources, "EMBEDDED_MODELS", bad)
     monkeypatch.setenv("WHISPER_SPEC_CACHE", str(tmp_path / "other"))
     with pytest.raises(ModelNotFound, match="sha256"):
         prepare_embedded("tiny.en")
@@ -47,16 +47,16 @@ def test_conversion_is_cached_and_hash_checked(monkeypatch, tmp_path):
 
 def test_unknown_model_is_a_clear_error(tmp_path):
     with pytest.raises(ModelNotFound, match="not an embedded model"):
-        models.resolve_model("large-v9")
+        sources.resolve_model("large-v9")
     with pytest.raises(ModelNotFound, match="no config.json"):
-        models.resolve_model(str(tmp_path))
+        sources.resolve_model(str(tmp_path))
 
 
 def test_ctranslate2_directory_is_converted_on_the_fly(monkeypatch, tmp_path):
-    from whisper_spec.loader import load_model
+    from whisper_spec.load import load_model
 
     monkeypatch.setenv("WHISPER_SPEC_CACHE", str(tmp_path))
-    ct2_dir = models._locate(EMBEDDED_MODELS["tiny.en"].ct2_dir).parent
+    ct2_dir = sources._locate(EMBEDDED_MODELS["tiny.en"].ct2_dir).parent
     assert (ct2_dir / "model.bin").is_file()
     model = load_model(ct2_dir)
     assert model.path.parent == tmp_path / "converted"

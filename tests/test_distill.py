@@ -7,16 +7,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import SPEECH, mel_of, random_model
 from safetensors.torch import load_file
 
-import whisper_spec.distill as distill_module
-from conftest import SPEECH, mel_of, random_model
-from whisper_spec.cli.main import main as cli
-from whisper_spec.decoding import DecodingOptions, decode_windows
-from whisper_spec.batch import Job
+import whisper_spec.distill.data as distill_data
+import whisper_spec.distill.train as distill_train
 from whisper_spec.audio import load_audio
-from whisper_spec.distill import DistillOptions, distill, perturb, plan_recordings, spread_layers
-from whisper_spec.loader import WhisperPair, load_distilled, load_pair
+from whisper_spec.cli.main import main as cli
+from whisper_spec.decoding import decode_windows
+from whisper_spec.distill.data import perturb, plan_recordings
+from whisper_spec.distill.student import build_student, spread_layers
+from whisper_spec.distill.train import distill
+from whisper_spec.jobs import Job
+from whisper_spec.load import load_distilled, load_pair
+from whisper_spec.options import DecodingOptions, DistillOptions
+from whisper_spec.pair import WhisperPair
 
 UNLABELED = SPEECH / "unlabeled" / "librispeech-train-clean-100"
 OPTIONS = DistillOptions(layers=1, steps=6, batch_size=2, eval_every=3, checkpoint_every=3, held_out=0.34,
@@ -75,7 +80,7 @@ def test_distill_end_to_end_is_exact_deterministic_and_resumable(random_main, cl
 
     # interrupted after its step-3 checkpoint, then resumed: the same weights again
     calls = {"n": 0}
-    loss = distill_module.distillation_loss
+    loss = distill_train.distillation_loss
 
     def interrupt_at_step_5(*args, **kwargs):
         calls["n"] += 1
@@ -83,11 +88,11 @@ def test_distill_end_to_end_is_exact_deterministic_and_resumable(random_main, cl
             raise KeyboardInterrupt
         return loss(*args, **kwargs)
 
-    monkeypatch.setattr(distill_module, "distillation_loss", interrupt_at_step_5)
+    monkeypatch.setattr(distill_train, "distillation_loss", interrupt_at_step_5)
     with pytest.raises(KeyboardInterrupt):
         distill(random_main, str(clips), tmp_path / "c", OPTIONS, cache=cache)
     assert (tmp_path / "c" / "checkpoint.pt").is_file()
-    monkeypatch.setattr(distill_module, "distillation_loss", loss)
+    monkeypatch.setattr(distill_train, "distillation_loss", loss)
     distill(random_main, str(clips), tmp_path / "c", OPTIONS, cache=cache, resume=True)
     assert not (tmp_path / "c" / "checkpoint.pt").exists()
     resumed, original = load_file(tmp_path / "c" / "model.safetensors"), stored
@@ -133,7 +138,7 @@ def test_joined_recordings_are_trained_on_and_the_cache_follows_content_not_path
     copy.mkdir()
     for clip in sorted(clips.glob("*.flac")):
         (copy / clip.name).write_bytes(clip.read_bytes())
-    monkeypatch.setattr(distill_module, "decode_encoded", None)  # labelling would call it
+    monkeypatch.setattr(distill_data, "decode_encoded", None)  # labelling would call it
     again = distill(random_main, str(copy), tmp_path / "b", options, cache=cache)
     assert again["training_data"]["windows"] == 4
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
@@ -207,7 +212,7 @@ def test_training_gradients_reach_the_student_through_the_shared_projection(rand
     """The shared draft projection is frozen and, for inference, packed for oneDNN (whose op has
     no backward): the loss must still reach the student's own layers."""
     main = random_main.main
-    student = distill_module.build_student(main, [1], torch.arange(main.dims.n_vocab))
+    student = build_student(main, [1], torch.arange(main.dims.n_vocab))
     assert student.proj_out.rows.packed is not None
     with torch.no_grad():
         states = main.encoder(torch.randn(1, 80, 3000))

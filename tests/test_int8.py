@@ -5,15 +5,22 @@ from dataclasses import replace
 
 import pytest
 import torch
-
 from conftest import manifest, mel_of, speech
 from whisper_spec.cli.main import main as cli
-from whisper_spec.decoding import DecodingOptions, decode_windows
-from whisper_spec.loader import load_model, load_pair
-from whisper_spec.models import default_assistant
+
+from whisper_spec.decoding import decode_windows
+from whisper_spec.load import load_model, load_pair
+from whisper_spec.options import DecodingOptions
 from whisper_spec.quantize import (
-    ALIGNMENT, BLOCK_LINEARS, Int8Embedding, Int8Linear, is_aligned, quantize_per_channel, weight_bytes
+    ALIGNMENT,
+    BLOCK_LINEARS,
+    Int8Embedding,
+    Int8Linear,
+    is_aligned,
+    quantize_per_channel,
+    weight_bytes,
 )
+from whisper_spec.sources import default_assistant
 
 CLIPS = [speech(r["path"]) for r in manifest() if r["set"] == "librispeech"][8:12] + [
     speech("multilingual/pl/mls_1889_1447_000002.flac")

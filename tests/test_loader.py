@@ -2,12 +2,14 @@
 
 import pytest
 import torch
-
 from conftest import mel_of, speech
-from whisper_spec.decoding import DecodingOptions, decode_windows
+
+from whisper_spec.decoding import decode_windows
 from whisper_spec.export import save_model
-from whisper_spec.loader import IncompatiblePair, WhisperModel, check_pair, decoder_subset, load_pair
+from whisper_spec.load import load_pair
 from whisper_spec.model import Decoder
+from whisper_spec.options import DecodingOptions
+from whisper_spec.pair import IncompatiblePair, Whisper, check_pair, decoder_subset
 
 CLIPS = ["librispeech/test-other/1998-15444-0003.flac", "multilingual/pl/mls_1889_1447_000002.flac"]
 
@@ -15,6 +17,7 @@ CLIPS = ["librispeech/test-other/1998-15444-0003.flac", "multilingual/pl/mls_188
 def test_decoder_only_assistant_reads_no_encoder_and_is_exact(base_pair, tmp_path):
     base_pair.main.decoder.setup_caches(1, 8)  # as after decoding: its blocks hold caches, the subset's do not
     subset = decoder_subset(base_pair.main, [0, 3, 5])
+    assert subset.name == "base[decoder layers 0,3,5]"
     # it shares the main layers' weights and their packed float32 copies, copying neither
     mine, theirs = subset.decoder.blocks[1].mlp.fc1, base_pair.main.decoder.blocks[3].mlp.fc1
     assert mine.weight.data_ptr() == theirs.weight.data_ptr()
@@ -28,6 +31,24 @@ def test_decoder_only_assistant_reads_no_encoder_and_is_exact(base_pair, tmp_pat
     speculative, stats = decode_windows(pair, mel, DecodingOptions(draft_tokens=3))
     assert [r.tokens for r in main_only] == [r.tokens for r in speculative]
     assert stats.drafted > 0
+
+
+def test_full_model_export_round_trips_through_our_loader_and_transformers(tmp_path):
+    """checkpoint.py's weight-name table read both ways: every tensor comes back as it was."""
+    from transformers import WhisperForConditionalGeneration
+
+    model = load_pair("tiny.en").main
+    export = save_model(model, tmp_path / "tiny.en")
+    again = load_pair(export).main
+    for part in ("encoder", "decoder"):
+        mine, theirs = getattr(model, part).state_dict(), getattr(again, part).state_dict()
+        assert mine.keys() == theirs.keys()
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine), part
+    hf = WhisperForConditionalGeneration.from_pretrained(export, dtype=torch.float32)
+    assert torch.equal(hf.model.decoder.layers[3].encoder_attn.v_proj.weight,
+                       model.decoder.blocks[3].cross_attn.kv.weight[model.dims.d_model:])
+    assert torch.equal(hf.model.encoder.layers[2].self_attn.q_proj.bias,
+                       model.encoder.blocks[2].attn.qkv.bias[: model.dims.d_model])
 
 
 def test_full_checkpoint_can_share_or_keep_its_encoder(base_pair):
@@ -61,7 +82,7 @@ def test_incompatible_vocabulary_is_refused():
 def test_shared_encoder_needs_matching_width(base_pair):
     main = base_pair.main
     narrow = Decoder(main.dims.__class__(**{**main.dims.__dict__, "d_model": 64, "n_text_ffn": 128, "n_text_layer": 1}))
-    fake = WhisperModel("narrow", main.path, narrow.dims, main.special, main.text, narrow, None)
+    fake = Whisper("narrow", main.path, narrow.dims, main.special, main.tokenizer, narrow, None)
     with pytest.raises(IncompatiblePair, match="d_model=512"):
         check_pair(main, fake)
 
@@ -71,7 +92,7 @@ def test_dtype_and_device_options():
     assert pair.main.decoder.token_embedding.weight.dtype == torch.bfloat16
     mel = mel_of([speech("librispeech/dev-clean/1272-128104-0000.flac")])
     result, _ = decode_windows(pair, mel, DecodingOptions())
-    assert "Quilter" in pair.main.text.decode(result[0].tokens)
+    assert "Quilter" in pair.main.tokenizer.decode(result[0].tokens)
     with pytest.raises(ValueError, match="dtype|float64"):
         load_pair("tiny.en", dtype="float64")
     if not torch.cuda.is_available():

@@ -4,12 +4,13 @@ import json
 
 import jiwer
 import pytest
-
 from conftest import SPEECH, manifest, speech
+
 from whisper_spec.audio import SAMPLE_RATE
-from whisper_spec.decoding import DecodingOptions
-from whisper_spec.loader import WhisperPair, decoder_subset
-from whisper_spec.transcribe import ChunkingOptions, Segment, align_overlap, plan_windows, stitch, transcribe
+from whisper_spec.options import ChunkingOptions, DecodingOptions
+from whisper_spec.pair import WhisperPair, decoder_subset
+from whisper_spec.pipeline import plan_windows, transcribe
+from whisper_spec.stitch import Segment, align_overlap, stitch
 
 LONG = ["longform/bill_gates-TED-next-epidemic-excerpt.flac",
         "longform/librispeech-test-other_1688-142285_0000-0009.flac",

@@ -2,11 +2,12 @@
 
 import pytest
 import torch
+from conftest import mel_of, speech
 from transformers import WhisperForConditionalGeneration
 
-from conftest import mel_of, speech
-from whisper_spec.decoding import DecodingOptions, decode_windows
-from whisper_spec.loader import load_pair
+from whisper_spec.decoding import decode_windows
+from whisper_spec.load import load_pair
+from whisper_spec.options import DecodingOptions
 
 CLIPS = {
     "en": "librispeech/dev-clean/1272-128104-0000.flac",
@@ -57,5 +58,5 @@ def test_tiny_en_matches_transformers():
     for row, result in enumerate(ours):
         assert result.language == "en"
         assert result.tokens == reference_tokens(hf, mel[row : row + 1])
-    text = pair.main.text.decode(ours[1].tokens)
+    text = pair.main.tokenizer.decode(ours[1].tokens)
     assert "Quilter" in text and "apostle" in text

@@ -2,10 +2,13 @@
 
 import pytest
 import torch
-
 from conftest import mel_of, perturbed_decoder, random_model, speech
-from whisper_spec.decoding import DecodingOptions, DecodingStats, decode_encoded, decode_windows, encode
-from whisper_spec.loader import WhisperPair, decoder_subset
+
+from whisper_spec.decoding import decode_encoded, decode_windows
+from whisper_spec.encoding import encode
+from whisper_spec.options import DecodingOptions
+from whisper_spec.pair import WhisperPair, decoder_subset
+from whisper_spec.stats import DecodingStats
 
 CLIPS = [
     "librispeech/test-other/1688-142285-0000.flac",
@@ -62,6 +65,33 @@ def test_a_row_decodes_alike_alone_and_beside_rows_that_finish_first(base_with_l
     assert [r.tokens for r in third] == [r.tokens for r in first] == [r.tokens for r in batched]
     assert pair.main.decoder.blocks[0].attn.kv_cache.k is cache  # the full cache is back, not reallocated
     assert [r.language for r in second] == [r.language for r in first]
+
+
+def test_an_error_mid_decoding_leaves_the_decoders_whole(monkeypatch):
+    """Rows that finished leave the decoders' batch while decoding; an exception must not leave the
+    caches and cross-attention states shrunk for the next call."""
+    import whisper_spec.decoding as decoding
+
+    main = random_model(0, eot_bias=0.25)
+    pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), torch.device("cpu"), torch.float32)
+    mel = torch.randn(4, 80, 3000)
+    options = DecodingOptions(language="en", draft_confidence=0)
+    expected, _ = decode_windows(pair, mel, options)
+    verify = decoding.verify
+
+    def failing_once_rows_left(context, state, *args):
+        if state.done.any():
+            raise RuntimeError("out of memory")
+        return verify(context, state, *args)
+
+    monkeypatch.setattr(decoding, "verify", failing_once_rows_left)
+    with pytest.raises(RuntimeError):
+        decode_windows(pair, mel, options)
+    monkeypatch.setattr(decoding, "verify", verify)
+    for decoder in (main.decoder, pair.assistant.decoder):
+        assert decoder.blocks[0].attn.kv_cache.k.shape[0] == 4 and decoder.blocks[0].cross_attn.cross_kv[0].shape[0] == 4
+    again, _ = decode_encoded(pair, 4, options)  # the same encoding, every row's audio still there
+    assert [r.tokens for r in again] == [r.tokens for r in expected]
 
 
 def test_base_timestamps_translate_and_adaptive_draft_are_exact(base_with_layer_subset, clip_mel):

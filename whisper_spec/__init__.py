@@ -1,15 +1,36 @@
-"""whisper-spec: Whisper speculative decoding with output identical to the main model's."""
+"""whisper-spec: Whisper speculative decoding with output identical to the main model's.
 
-from .audio import AudioError, load_audio, log_mel_spectrogram
-from .bench import BenchOptions, run_bench
-from .decoding import DecodingOptions, DecodingStats, decode_windows
-from .distill import DistillOptions
-from .loader import IncompatiblePair, WhisperPair, load_model, load_pair
-from .transcribe import Failure, Segment, Transcript, transcribe
+The data flow, one module a stage: audio (files -> 16 kHz -> log-mel features) -> model (encoder,
+decoder with a static KV cache) -> decoding (draft, verify, accept per row) -> stitch (segments of
+overlapping windows) -> writers (txt, json, srt, vtt). load and pair make the model pair;
+pipeline (transcribe) and batch run files through it; bench and distill measure and train.
 
-__all__ = [
-    "AudioError", "BenchOptions", "DecodingOptions", "DecodingStats", "DistillOptions", "Failure",
-    "IncompatiblePair", "Segment", "Transcript", "WhisperPair", "decode_windows", "load_audio",
-    "load_model", "load_pair", "log_mel_spectrogram", "run_bench", "transcribe",
-]
-__version__ = "0.1.0"
+Names are imported on first use, so `import whisper_spec` (and the command line's --help) does not
+load torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("whisper-spec")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "unknown"
+
+_PUBLIC = {
+    "load_audio": "audio", "AudioError": "audio", "log_mel_spectrogram": "audio",
+    "DecodingOptions": "options", "ChunkingOptions": "options", "DistillOptions": "options", "BenchOptions": "options",
+    "decode_windows": "decoding", "DecodingStats": "stats",
+    "load_model": "load", "load_pair": "load", "WhisperPair": "pair", "IncompatiblePair": "pair",
+    "transcribe": "pipeline", "Transcript": "pipeline", "Failure": "pipeline", "Segment": "stitch",
+    "run_bench": "bench.harness",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'whisper_spec' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)

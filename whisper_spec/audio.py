@@ -10,10 +10,11 @@ import soundfile
 import torch
 import torch.nn.functional as F
 
+from .options import CHUNK_SECONDS
+
 SAMPLE_RATE = 16000
 N_FFT = 400
 HOP_LENGTH = 160
-CHUNK_SECONDS = 30
 N_SAMPLES = CHUNK_SECONDS * SAMPLE_RATE  # 480000 samples in a 30 s window
 N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames in a window
 
@@ -88,3 +89,9 @@ def pad_or_trim(audio: torch.Tensor, length: int = N_SAMPLES) -> torch.Tensor:
     if audio.shape[-1] >= length:
         return audio[..., :length]
     return F.pad(audio, (0, length - audio.shape[-1]))
+
+
+def batch_features(audio: list[np.ndarray], n_mels: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Clips of at most one window each -> [batch, n_mels, N_FRAMES] features, each clip padded to 30 s."""
+    windows = torch.stack([pad_or_trim(torch.from_numpy(np.asarray(a))) for a in audio]).to(device)
+    return log_mel_spectrogram(windows, n_mels)

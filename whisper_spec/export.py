@@ -1,4 +1,4 @@
-"""Our models -> Hugging Face directories (the inverse of the loader's key mapping), and int8 copies.
+"""Our models -> Hugging Face directories (checkpoint.py's weight names read the other way), and int8 copies.
 
 A decoder-only export is a standard `WhisperForCausalLM` checkpoint, the form distil-whisper
 assistants take, so other tools (transformers' assisted generation) can use it too.
@@ -13,67 +13,21 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .loader import (
-    ASSISTANT_CONFIG,
-    BLOCK_NAMES,
-    CROSS_NAMES,
-    WhisperModel,
-    decoder_precision,
-    decoder_state,
-    is_distilled_assistant,
-    load_model,
-    output_weight,
-)
-from .quantize import BLOCK_LINEARS, INT8_FORMAT, QUANTIZATION_CONFIG, quantize_decoder_state
-from .model import Decoder, Encoder
-
-
-def _unfuse(weight: torch.Tensor, bias: torch.Tensor, letters: str, hf: str, out: dict) -> None:
-    for letter, w, b in zip(letters, weight.chunk(len(letters)), bias.chunk(len(letters))):
-        out[f"{hf}.{letter}_proj.weight"] = w
-        if letter != "k":
-            out[f"{hf}.{letter}_proj.bias"] = b
-
-
-def _blocks(blocks, hf_prefix: str, cross: bool, out: dict) -> None:
-    for i, block in enumerate(blocks):
-        sd = block.state_dict()
-        hf = f"{hf_prefix}.layers.{i}"
-        for theirs, mine in BLOCK_NAMES + (CROSS_NAMES if cross else []):
-            out[f"{hf}.{theirs}.weight"] = sd[f"{mine}.weight"]
-            out[f"{hf}.{theirs}.bias"] = sd[f"{mine}.bias"]
-        _unfuse(sd["attn.qkv.weight"], sd["attn.qkv.bias"], "qkv", f"{hf}.self_attn", out)
-        if cross:
-            _unfuse(sd["cross_attn.kv.weight"], sd["cross_attn.kv.bias"], "kv", f"{hf}.encoder_attn", out)
+from .checkpoint import to_theirs
+from .load import load_model
+from .model import Decoder
+from .pair import ASSISTANT_CONFIG, Whisper, decoder_precision, is_distilled_assistant, output_weight
+from .quantize import BLOCK_LINEARS, INT8_FORMAT, QUANTIZATION_CONFIG, Int8Embedding, quantize_decoder_state
 
 
 def decoder_state_dict(decoder: Decoder) -> dict[str, torch.Tensor]:
-    out = {
-        "model.decoder.embed_tokens.weight": decoder.token_embedding.weight,
-        "model.decoder.embed_positions.weight": decoder.positional_embedding,
-        "model.decoder.layer_norm.weight": decoder.ln.weight,
-        "model.decoder.layer_norm.bias": decoder.ln.bias,
-    }
-    _blocks(decoder.blocks, "model.decoder", True, out)
-    out["proj_out.weight"] = output_weight(decoder)  # the full vocabulary, also for a draft-vocabulary assistant
-    return out
+    """The decoder's weights under Hugging Face's names; the output projection over the full
+    vocabulary, also for an assistant that drafts from a draft vocabulary."""
+    return {**to_theirs(decoder.state_dict(), "decoder", decoder.dims.n_text_layer),
+            "proj_out.weight": output_weight(decoder)}
 
 
-def encoder_state_dict(encoder: Encoder) -> dict[str, torch.Tensor]:
-    out = {
-        "model.encoder.conv1.weight": encoder.conv1.weight,
-        "model.encoder.conv1.bias": encoder.conv1.bias,
-        "model.encoder.conv2.weight": encoder.conv2.weight,
-        "model.encoder.conv2.bias": encoder.conv2.bias,
-        "model.encoder.embed_positions.weight": encoder.positional_embedding,
-        "model.encoder.layer_norm.weight": encoder.ln_post.weight,
-        "model.encoder.layer_norm.bias": encoder.ln_post.bias,
-    }
-    _blocks(encoder.blocks, "model.encoder", False, out)
-    return out
-
-
-def save_model(model: WhisperModel, output_dir: str | Path, *, decoder_only: bool = False,
+def save_model(model: Whisper, output_dir: str | Path, *, decoder_only: bool = False,
                dtype: torch.dtype | None = None) -> Path:
     """Write model as a Hugging Face directory: WhisperForCausalLM when decoder_only (or when it
     has no encoder), else WhisperForConditionalGeneration. Config files come from model.path."""
@@ -84,7 +38,7 @@ def save_model(model: WhisperModel, output_dir: str | Path, *, decoder_only: boo
     decoder_only = decoder_only or model.encoder is None
     tensors = decoder_state_dict(model.decoder)
     if not decoder_only:
-        tensors.update(encoder_state_dict(model.encoder))
+        tensors.update(to_theirs(model.encoder.state_dict(), "encoder", model.dims.n_audio_layer))
     seen: set[int] = set()
     for name, tensor in list(tensors.items()):
         tensor = tensor.detach().to(device="cpu", dtype=dtype or tensor.dtype)
@@ -110,6 +64,14 @@ def _copy_model_files(source: Path, output_dir: Path) -> None:
                  "normalizer.json", "vocab.json", "merges.txt", "added_tokens.json", "special_tokens_map.json"):
         if (source / name).is_file():
             shutil.copyfile(source / name, output_dir / name)
+
+
+def _int8_decoder_state(decoder: Decoder) -> dict[str, torch.Tensor]:
+    """An int8 decoder's weights under our names, the tied projection (the embedding's table) not repeated."""
+    state = decoder.state_dict()
+    if isinstance(decoder.token_embedding, Int8Embedding) and decoder.proj_out.weight is decoder.token_embedding.weight:
+        state = {k: v for k, v in state.items() if not k.startswith("proj_out.")}
+    return state
 
 
 def _int8_tensors(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -140,7 +102,7 @@ def save_int8(spec: str | Path, output_dir: str | Path, *, dtype: torch.dtype = 
         (output_dir / ASSISTANT_CONFIG).write_text(json.dumps({**config, "int8": info}, indent=2) + "\n")
         return output_dir
     model = load_model(spec, int8=True)
-    tensors = {f"decoder.{k}": v for k, v in decoder_state(model.decoder).items()}
+    tensors = {f"decoder.{k}": v for k, v in _int8_decoder_state(model.decoder).items()}
     if model.encoder is not None:
         tensors.update({f"encoder.{k}": v for k, v in model.encoder.state_dict().items()})
     save_file(_int8_tensors(tensors, dtype), str(output_dir / "model.safetensors"), metadata={"format": "pt"})

@@ -286,6 +286,12 @@ class Decoder(nn.Module):
         for block in self.blocks:
             block.attn.kv_cache = KVCache(batch, self.dims.n_text_head, n_ctx, head_dim, self.attention_dtype, device)
 
+    def ensure_caches(self, batch: int, n_ctx: int) -> None:
+        """Caches of this shape, reused when the last call's have it."""
+        cache = self.blocks[0].attn.kv_cache
+        if cache is None or cache.k.shape[0] != batch or cache.k.shape[2] != n_ctx:
+            self.setup_caches(batch, n_ctx)
+
     def clear_caches(self) -> None:
         """Back to cache-free calls (whole-sequence scoring)."""
         for block in self.blocks:

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import Tokenizer
+import tokenizers
 
 TIME_PRECISION = 0.02  # seconds per timestamp token
 
@@ -86,12 +86,12 @@ class SpecialTokens:
         }
 
 
-class TextDecoder:
+class Tokenizer:
     """Token ids -> text, with timestamp and special tokens left out."""
 
     def __init__(self, path: Path, special: SpecialTokens):
-        self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        self._tokenizer = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
         self.special = special
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode([i for i in ids if i < self.special.eot])
+        return self._tokenizer.decode([i for i in ids if i < self.special.eot])

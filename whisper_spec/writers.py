@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from .transcribe import Transcript
+from .pipeline import Transcript
 
 FORMATS = ("txt", "json", "srt", "vtt")
 

@@ -16,8 +16,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .convert import CONVERTER_VERSION, convert_ct2_to_hf
-
 
 @dataclass(frozen=True)
 class DataFile:
@@ -91,6 +89,34 @@ def _locate(data_file: DataFile) -> Path:
     return path
 
 
+def _model_bin(spec: EmbeddedModel) -> bytes:
+    """The embedded model's CTranslate2 model.bin, its parts joined and its hash checked."""
+    model_bin = b"".join(_locate(part).read_bytes() for part in spec.model_bin_parts)
+    digest = hashlib.sha256(model_bin).hexdigest()
+    if digest != spec.sha256:
+        raise ModelNotFound(f"{spec.name}: model.bin sha256 is {digest}, expected {spec.sha256}; reinstall the data package")
+    return model_bin
+
+
+def ct2_source(model: str) -> Path | None:
+    """The CTranslate2 directory a main model came from (an embedded one's assembled once), for
+    engines that read that format; None for a model that did not come from one."""
+    if model in EMBEDDED_MODELS:
+        spec = EMBEDDED_MODELS[model]
+        target = cache_dir() / "ct2" / model
+        if not (target / "model.bin").is_file():
+            target.mkdir(parents=True, exist_ok=True)
+            for f in _locate(spec.ct2_dir).parent.iterdir():
+                if f.is_file() and not f.name.startswith("model.bin"):
+                    shutil.copyfile(f, target / f.name)
+            partial = target / "model.bin.partial"
+            partial.write_bytes(_model_bin(spec))
+            partial.replace(target / "model.bin")
+        return target
+    path = Path(model)
+    return path if path.is_dir() and _is_ct2_dir(path) else None
+
+
 def embedded_model_path(name: str) -> Path:
     return cache_dir() / "models" / name
 
@@ -99,14 +125,13 @@ def prepare_embedded(name: str) -> Path:
     """The Hugging Face directory of an embedded model, converted on first use."""
     spec = EMBEDDED_MODELS[name]
     target = embedded_model_path(name)
+    from .ct2 import CONVERTER_VERSION, convert_ct2_to_hf  # torch and safetensors: imported when converting
+
     marker = target / "whisper-spec-source.json"
     source = {"sha256": spec.sha256, "converter": CONVERTER_VERSION}
     if marker.is_file() and all(json.loads(marker.read_text()).get(k) == v for k, v in source.items()):
         return target
-    model_bin = b"".join(_locate(part).read_bytes() for part in spec.model_bin_parts)
-    digest = hashlib.sha256(model_bin).hexdigest()
-    if digest != spec.sha256:
-        raise ModelNotFound(f"{name}: model.bin sha256 is {digest}, expected {spec.sha256}; reinstall the data package")
+    model_bin = _model_bin(spec)
     if target.exists():
         shutil.rmtree(target)
     partial = target.with_name(target.name + ".partial")
@@ -124,6 +149,8 @@ def _is_ct2_dir(path: Path) -> bool:
 
 def _converted_ct2(path: Path) -> Path:
     """A CTranslate2 directory converted once into the cache, keyed by the hash of its model.bin."""
+    from .ct2 import CONVERTER_VERSION, convert_ct2_to_hf
+
     model_bin = (path / "model.bin").read_bytes()
     digest = hashlib.sha256(model_bin).hexdigest()[:20]
     target = cache_dir() / "converted" / f"{digest}-v{CONVERTER_VERSION}"

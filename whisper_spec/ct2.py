@@ -172,21 +172,8 @@ def _add_timestamp_tokens(tokenizer: Tokenizer, first_id: int) -> None:
     )
 
 
-def convert_ct2_to_hf(ct2_dir: Path, output_dir: Path, model_bin: bytes | None = None) -> Path:
-    """Write a Hugging Face Whisper directory converted from a CTranslate2 one. Returns output_dir.
-
-    model_bin: the bytes of `model.bin` where they do not lie in ct2_dir (a model shipped in parts).
-    """
-    ct2_dir, output_dir = Path(ct2_dir), Path(output_dir)
-    if model_bin is None:
-        model_bin = (ct2_dir / "model.bin").read_bytes()
-    ct2_config = json.loads((ct2_dir / "config.json").read_text())
-    state_dict, dims = ct2_to_hf_state_dict(read_ct2_model(model_bin, ct2_dir / "model.bin"))
-
-    tokenizer = Tokenizer.from_file(str(ct2_dir / "tokenizer.json"))
-    ids = _special_ids(tokenizer, dims["vocab_size"])
-    _add_timestamp_tokens(tokenizer, ids["no_timestamps"] + 1)
-
+def _hf_configs(ct2_config: dict, dims: dict, ids: dict) -> dict[str, dict]:
+    """The Hugging Face configuration files of a converted model, by file name."""
     suppress = ct2_config.get("suppress_ids", [])
     begin_suppress = ct2_config.get("suppress_ids_begin", [220, ids["eot"]])
     lang_ids = set(ct2_config.get("lang_ids", ids["langs"].values()))
@@ -248,17 +235,32 @@ def convert_ct2_to_hf(ct2_dir: Path, output_dir: Path, model_bin: bytes | None =
         "add_prefix_space": False,
         "errors": "replace",
     }
+    return {"config.json": config, "generation_config.json": generation,
+            "preprocessor_config.json": preprocessor, "tokenizer_config.json": tokenizer_config}
+
+
+def convert_ct2_to_hf(ct2_dir: Path, output_dir: Path, model_bin: bytes | None = None) -> Path:
+    """Write a Hugging Face Whisper directory converted from a CTranslate2 one. Returns output_dir.
+
+    model_bin: the bytes of `model.bin` where they do not lie in ct2_dir (a model shipped in parts).
+    """
+    ct2_dir, output_dir = Path(ct2_dir), Path(output_dir)
+    if model_bin is None:
+        model_bin = (ct2_dir / "model.bin").read_bytes()
+    ct2_config = json.loads((ct2_dir / "config.json").read_text())
+    state_dict, dims = ct2_to_hf_state_dict(read_ct2_model(model_bin, ct2_dir / "model.bin"))
+
+    tokenizer = Tokenizer.from_file(str(ct2_dir / "tokenizer.json"))
+    ids = _special_ids(tokenizer, dims["vocab_size"])
+    _add_timestamp_tokens(tokenizer, ids["no_timestamps"] + 1)
+
+    configs = _hf_configs(ct2_config, dims, ids)
 
     tmp = output_dir.with_name(output_dir.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
     save_file(state_dict, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save(str(tmp / "tokenizer.json"))
-    for name, content in (
-        ("config.json", config),
-        ("generation_config.json", generation),
-        ("preprocessor_config.json", preprocessor),
-        ("tokenizer_config.json", tokenizer_config),
-    ):
+    for name, content in configs.items():
         (tmp / name).write_text(json.dumps(content, indent=2) + "\n")
     if output_dir.exists():
         raise ConversionError(f"{output_dir} already exists")

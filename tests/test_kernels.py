@@ -1,0 +1,49 @@
+"""Exact verification rests on row-invariant CPU kernels: a position scored among several gets the
+logits a one-token step gives it, bit for bit. That was measured on one CPU; machines differ
+(AVX2, AVX-512), so check it under every instruction set this machine can run ATen and oneDNN
+with, each in a fresh process (the choice is made when torch loads)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FLAGS = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").is_file() else set()
+# (ATen's CPU capability, oneDNN's highest instruction set)
+KERNEL_SETS = [("default", "SSE41"), ("avx2", "AVX2")] + ([("avx512", "AVX512_CORE")] if "avx512f" in FLAGS else [])
+
+CHECK = """
+import torch
+from whisper_spec.load import build_decoder
+from whisper_spec.model import Decoder, ModelDims
+from whisper_spec.quantize import quantize_decoder_state
+
+torch.manual_seed(0)
+dims = ModelDims(n_mels=80, n_vocab=1001, d_model=512, n_audio_ctx=1500, n_audio_layer=0, n_audio_head=8,
+                 n_audio_ffn=2048, n_text_ctx=448, n_text_layer=2, n_text_head=8, n_text_ffn=2048)
+state = {k: torch.randn_like(v) * 0.05 for k, v in Decoder(dims).state_dict().items()}
+encoder_states = torch.randn(3, 1500, 512)
+tokens = torch.randint(0, 1001, (3, 9))
+positions = torch.arange(9).expand_as(tokens)
+for name, dtype, weights in (("float32", torch.float32, state), ("bfloat16", torch.bfloat16, state),
+                             ("int8", torch.bfloat16, quantize_decoder_state(state))):
+    decoder = build_decoder(dims, dict(weights), dtype, "cpu")
+    with torch.inference_mode():
+        decoder.set_cross(encoder_states)
+        decoder.setup_caches(3, 40)
+        together = decoder(tokens, positions)
+        decoder.setup_caches(3, 40)
+        alone = torch.cat([decoder(tokens[:, i : i + 1], positions[:, i : i + 1]) for i in range(9)], dim=1)
+    assert torch.equal(together, alone), f"{name}: positions scored together differ from one-token steps"
+print(torch.backends.cpu.get_cpu_capability())
+"""
+
+
+@pytest.mark.parametrize("aten, onednn", KERNEL_SETS)
+def test_scoring_several_positions_is_row_invariant_on_every_instruction_set(aten, onednn):
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": aten, "ONEDNN_MAX_CPU_ISA": onednn}
+    run = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().lower() == ("default" if aten == "default" else aten.upper()).lower()

@@ -1,0 +1,81 @@
+"""The utterances a benchmark runs on: a manifest with references, an audio folder or glob, or a
+Hugging Face dataset."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..audio import SAMPLE_RATE, load_audio
+from ..jobs import collect_jobs
+
+
+@dataclass(frozen=True)
+class Utterance:
+    id: str
+    audio: np.ndarray  # 16 kHz mono float32
+    text: str | None  # reference transcript; None: no WER
+    language: str | None
+
+    @property
+    def seconds(self) -> float:
+        return len(self.audio) / SAMPLE_RATE
+
+
+def _decode_bytes(data: bytes, name: str) -> np.ndarray:
+    with tempfile.NamedTemporaryFile(suffix=Path(name).suffix or ".wav") as tmp:
+        tmp.write(data)
+        tmp.flush()
+        return load_audio(tmp.name)
+
+
+def load_utterances(source: str, *, config: str | None = None, split: str = "test", sets: list[str] | None = None,
+                    limit: int | None = None, language: str | None = None) -> list[Utterance]:
+    """Utterances from a JSON-lines manifest (path, text, language; filtered by `set`), an audio
+    folder or glob (no references), or a Hugging Face dataset id with config and split."""
+    path = Path(source)
+    if not path.exists() and (source.startswith((".", "/", "~")) or path.suffix):
+        raise ValueError(f"{source}: no such file or folder")
+    if path.suffix == ".jsonl" and path.is_file():
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if sets:
+            rows = [r for r in rows if r.get("set") in sets]
+        rows = rows[:limit] if limit else rows
+        return [Utterance(r.get("utt_id") or r["path"], load_audio(path.parent / r["path"]), r.get("text"),
+                          language or r.get("language")) for r in rows]
+    if path.is_dir() or any(c in source for c in "*?["):
+        jobs = collect_jobs(source)[:limit] if limit else collect_jobs(source)
+        return [Utterance(job.name, load_audio(job.path), None, language) for job in jobs]
+    return _hub_utterances(source, config, split, limit, language)
+
+
+def _hub_utterances(dataset_id: str, config: str | None, split: str, limit: int | None, language: str | None):
+    import datasets
+
+    try:
+        data = datasets.load_dataset(dataset_id, config, split=split, streaming=limit is not None)
+    except Exception as error:  # noqa: BLE001 - any hub or network failure: one clear line
+        raise ValueError(f"{dataset_id}: cannot load the dataset ({str(error).splitlines()[0]})") from None
+    data = data.cast_column("audio", datasets.Audio(decode=False))
+    language = language or (config if config and len(config) == 2 else None)
+    out = []
+    for i, row in enumerate(data):
+        if limit is not None and i >= limit:
+            break
+        audio = row["audio"]
+        if audio.get("bytes"):
+            samples = _decode_bytes(audio["bytes"], audio.get("path") or "audio.wav")
+        else:
+            samples = load_audio(audio["path"])
+        text = next((row[k] for k in ("text", "normalized_text", "sentence", "raw_text", "transcription") if k in row), None)
+        out.append(Utterance(str(row.get("id", i)), samples, text, language or row.get("language")))
+    return out
+
+
+def batches(n: int, size: int) -> list[range]:
+    """Indices 0..n-1 in consecutive batches of at most size."""
+    return [range(i, min(i + size, n)) for i in range(0, n, size)]

@@ -1,0 +1,177 @@
+"""Every configuration over every utterance, interleaved per block of utterances, timed."""
+
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from ..decoding import decode_windows
+from ..encoding import detect_languages, pair_features, synchronize
+from ..options import CHUNK_SECONDS, BenchOptions, DecodingOptions
+from ..pair import WhisperPair
+from ..stats import DecodingStats
+from .data import Utterance, batches
+from .metrics import PeakMemory
+from .peers import load_peers
+from .report import build_report
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    engine: str  # whisper-spec, transformers, faster-whisper
+    batch_size: int
+    speculative: bool = False
+    int8: bool = False
+
+    @property
+    def baseline(self) -> str:
+        """The main-only configuration this one must reproduce token for token."""
+        return f"main{' int8' if self.int8 else ''} b{self.batch_size}"
+
+
+@dataclass
+class Run:
+    tokens: list[list[int]] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    total_seconds: list[float] = field(default_factory=list)  # one per repeat
+    encoder_seconds: list[float] = field(default_factory=list)
+    decoding_seconds: list[float] = field(default_factory=list)
+    stats: DecodingStats | None = None  # counts (identical in every repeat)
+    per_utterance: list[DecodingStats] = field(default_factory=list)
+    peak_memory_bytes: int | None = None
+
+
+def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, options: BenchOptions):
+    decoding = DecodingOptions(task=options.task, draft_tokens=options.draft_tokens,
+                               draft_confidence=options.draft_confidence)
+    tokens, texts, stats, per_utterance = [], [], DecodingStats(), []
+    for rows in batches(len(utterances), config.batch_size):
+        batch = [utterances[i] for i in rows]
+        mel, assistant_mel = pair_features(pair, [u.audio for u in batch])
+        results, batch_stats = decode_windows(pair, mel, decoding, assistant_mel=assistant_mel,
+                                              languages=[u.language for u in batch],
+                                              use_assistant=config.speculative)
+        stats.add(batch_stats)
+        tokens += [r.tokens for r in results]
+        texts += [pair.main.tokenizer.decode(r.tokens) for r in results]
+        per_utterance += [r.stats for r in results]
+    return tokens, texts, stats, per_utterance
+
+
+def plan_configs(pair: WhisperPair, options: BenchOptions, peers: dict) -> list[Config]:
+    configs = []
+    for b in options.batch_sizes:
+        configs.append(Config(f"main b{b}", "whisper-spec", b))
+        if pair.assistant is not None:
+            configs.append(Config(f"speculative b{b}", "whisper-spec", b, speculative=True))
+        if options.int8:
+            configs.append(Config(f"main int8 b{b}", "whisper-spec", b, int8=True))
+            if pair.assistant is not None:
+                configs.append(Config(f"speculative int8 b{b}", "whisper-spec", b, speculative=True, int8=True))
+    if "transformers" in peers:
+        for b in options.batch_sizes:
+            configs.append(Config(f"transformers b{b}", "transformers", b))
+        if peers["transformers"].assistant is not None:  # assisted generation takes one sequence at a time
+            configs.append(Config("transformers assisted b1", "transformers", 1, speculative=True))
+    if "faster-whisper" in peers:
+        configs.append(Config("faster-whisper b1", "faster-whisper", 1))
+    return configs
+
+
+def run_bench(pair: WhisperPair, utterances: list[Utterance], options: BenchOptions = BenchOptions(), *,
+              model: str = "base", int8_pair: WhisperPair | None = None, data: dict | None = None,
+              progress: bool = True) -> dict:
+    """Every configuration over every utterance, interleaved per block of utterances, `repeats`
+    times; the report as a dict."""
+    note = (lambda m: tqdm.write(f"bench: {m}", file=sys.stderr)) if progress else (lambda m: None)
+    long = [u.id for u in utterances if u.seconds > CHUNK_SECONDS]
+    if long:
+        raise ValueError(f"{len(long)} utterances are longer than {CHUNK_SECONDS} s (first: {long[0]}); "
+                         "the harness times single windows — use whisper-spec batch for long files")
+    if options.int8 and int8_pair is None:
+        raise ValueError("int8 configurations need int8_pair")
+    with tempfile.TemporaryDirectory() as workdir:
+        peers = load_peers(pair, model, options.peers, Path(workdir), note)
+        configs = plan_configs(pair, options, peers)
+        runs = {c.name: Run() for c in configs}
+        languages = _languages_of(pair, utterances)  # given, or the main model's detection; peers get them too
+
+        def execute(config: Config, rows: range):
+            subset = [utterances[i] for i in rows]
+            if config.engine == "whisper-spec":
+                return _run_ours(int8_pair if config.int8 else pair, subset, config, options)
+            tokens, texts = peers[config.engine].run(subset, config.batch_size, config.speculative, options.task,
+                                                     [languages[i] for i in rows])
+            return tokens, texts, None, []
+
+        block = math.lcm(*(c.batch_size for c in configs))
+        blocks = batches(len(utterances), block)
+        bar = tqdm(total=len(configs) * (options.repeats * len(blocks) + 1), desc="bench", unit="run",
+                   disable=not progress)
+        for config in configs:  # warm-up: one batch each
+            execute(config, range(min(config.batch_size, len(utterances))))
+            bar.update()
+        for _ in range(options.repeats):
+            parts, seconds = _time_repeat(configs, blocks, execute, pair.device, bar)
+            for config in configs:
+                run, part = runs[config.name], parts[config.name]
+                run.tokens, run.texts, run.stats, run.per_utterance = part.tokens, part.texts, part.stats, part.per_utterance
+                total, encoder, decoding = seconds[config.name]
+                run.total_seconds.append(total)
+                if part.stats is not None:
+                    run.encoder_seconds.append(encoder)
+                    run.decoding_seconds.append(decoding)
+                run.peak_memory_bytes = max(run.peak_memory_bytes or 0, part.peak_memory_bytes)
+        bar.close()
+    report = build_report(pair, utterances, configs, runs, options, model, data or {}, languages)
+    report["int8_kernel"] = int8_pair.int8_kernel if int8_pair is not None else None
+    return report
+
+
+def _time_repeat(configs: list[Config], blocks: list[range], execute, device: torch.device, bar
+                 ) -> tuple[dict[str, Run], dict[str, list[float]]]:
+    """One timed pass: every configuration runs on one block of utterances before the next block,
+    so slow drifts of the machine's speed hit all configurations alike. Per configuration: what it
+    produced, and its total, encoder and decoding seconds."""
+    parts = {c.name: Run(stats=DecodingStats() if c.engine == "whisper-spec" else None) for c in configs}
+    seconds = {c.name: [0.0, 0.0, 0.0] for c in configs}
+    for rows in blocks:
+        for config in configs:
+            synchronize(device)
+            with PeakMemory(device) as memory:
+                start = time.perf_counter()
+                tokens, texts, stats, per_utterance = execute(config, rows)
+                synchronize(device)
+                elapsed = time.perf_counter() - start
+            bar.update()
+            part = parts[config.name]
+            part.tokens += tokens
+            part.texts += texts
+            part.per_utterance += per_utterance
+            seconds[config.name][0] += elapsed
+            if stats is not None:
+                part.stats.add(stats)
+                seconds[config.name][1] += stats.encoder_seconds
+                seconds[config.name][2] += stats.decoding_seconds
+            part.peak_memory_bytes = max(part.peak_memory_bytes or 0, memory.peak)
+    return parts, seconds
+
+
+def _languages_of(pair: WhisperPair, utterances: list[Utterance]) -> list[str]:
+    """Given languages, else the main model's detection (per utterance, in batches of 8)."""
+    out = [u.language for u in utterances]
+    missing = [i for i, language in enumerate(out) if language is None]
+    if pair.main.special.multilingual:
+        for rows in batches(len(missing), 8):
+            idx = [missing[i] for i in rows]
+            for i, language in zip(idx, detect_languages(pair, pair_features(pair, [utterances[i].audio for i in idx])[0])):
+                out[i] = language
+    return [language or "en" for language in out]

@@ -1,0 +1,108 @@
+"""What a benchmark measures besides time: WER after Whisper's normalizers, peak memory, and the machine."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import platform
+import sys
+import threading
+from importlib import resources
+
+import jiwer
+import torch
+
+
+@functools.cache
+def _english_normalizer():
+    from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
+
+    spelling = json.loads(resources.files("whisper_spec").joinpath("data/english_spelling.json").read_text())
+    return EnglishTextNormalizer(spelling)
+
+
+@functools.cache
+def _basic_normalizer():
+    from transformers.models.whisper.english_normalizer import BasicTextNormalizer
+
+    return BasicTextNormalizer()
+
+
+def normalize(text: str, language: str | None) -> str:
+    """Whisper's normalizers: the English one (with its spelling table) for English, else the basic one."""
+    return (_english_normalizer() if language in (None, "en") else _basic_normalizer())(text)
+
+
+def word_error_rate(references: list[str | None], hypotheses: list[str], languages: list[str | None]) -> float | None:
+    """Corpus WER after normalization; pairs without a reference, or whose reference normalizes
+    to nothing, are left out (as in Whisper's evaluations)."""
+    refs, hyps = [], []
+    for ref, hyp, language in zip(references, hypotheses, languages):
+        if ref is None:
+            continue
+        ref = normalize(ref, language)
+        if ref.strip():
+            refs.append(ref)
+            hyps.append(normalize(hyp, language))
+    return jiwer.wer(refs, hyps) if refs else None
+
+
+class PeakMemory:
+    """Peak CUDA memory allocated, or peak resident set size sampled every 5 ms on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.peak = 0
+        self._stop = threading.Event()
+
+    @staticmethod
+    def rss() -> int:
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self.rss())
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self.peak = self.rss()
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            self.peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            self._stop.set()
+            self._thread.join()
+            self.peak = max(self.peak, self.rss())
+
+
+def machine_info(device: torch.device) -> dict:
+    import transformers
+
+    info = {
+        "platform": platform.platform(), "processor": platform.machine(), "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(), "device": str(device), "python": sys.version.split()[0],
+        "torch": torch.__version__, "transformers": transformers.__version__,
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    try:
+        import ctranslate2
+        import faster_whisper
+
+        info["faster_whisper"], info["ctranslate2"] = faster_whisper.__version__, ctranslate2.__version__
+    except ImportError:
+        pass
+    return info

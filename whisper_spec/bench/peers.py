@@ -1,0 +1,98 @@
+"""The tools people would use instead, on the same weights: transformers' generate (and its
+assisted generation) and faster-whisper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..encoding import pair_features
+from ..load import load_pair
+from ..pair import WhisperPair
+from ..sources import ct2_source
+from .data import Utterance, batches
+
+
+class TransformersPeer:
+    """transformers' generate on the same main model (and the assistant exported as WhisperForCausalLM)."""
+
+    def __init__(self, pair: WhisperPair, workdir: Path):
+        from transformers import WhisperForCausalLM, WhisperForConditionalGeneration
+
+        from .export import save_model
+
+        self.pair = pair
+        self.model = WhisperForConditionalGeneration.from_pretrained(pair.main.path, dtype=pair.dtype).to(pair.device)
+        self.model.eval()
+        self.assistant = None
+        if pair.assistant is not None and pair.shares_encoder:
+            # the assistant as stored (ours may draft in int8): reloaded float for the export
+            stored = load_pair(pair.main.path, pair.assistant.name, dtype=pair.dtype, device=pair.device,
+                               assistant_int8=False).assistant
+            exported = save_model(stored, workdir / "assistant-hf", decoder_only=True)
+            self.assistant = WhisperForCausalLM.from_pretrained(exported, dtype=pair.dtype).to(pair.device).eval()
+
+    @torch.inference_mode()
+    def run(self, utterances: list[Utterance], batch_size: int, speculative: bool, task: str, languages: list[str]):
+        tokens, texts = [], []
+        special = self.pair.main.special
+        for rows in batches(len(utterances), batch_size):
+            mel = pair_features(self.pair, [utterances[i].audio for i in rows])[0].to(self.pair.dtype)
+            kwargs = {}
+            if special.multilingual:
+                # the language is passed: transformers 5.23 repeats one token forever when it detects it itself
+                batch_languages = [languages[i] for i in rows]
+                same = len(set(batch_languages)) == 1
+                kwargs = {"language": batch_languages[0] if same else batch_languages, "task": task}
+            if speculative:
+                kwargs["assistant_model"] = self.assistant
+            # as many tokens as our loop allows (448 with the prompt); transformers may otherwise stop at 20
+            kwargs["max_new_tokens"] = self.pair.main.dims.n_text_ctx - len(special.prompt("en", task, False))
+            out = self.model.generate(input_features=mel, **kwargs)
+            for row in out.tolist():
+                row = [t for t in row if t < special.eot]  # drop the prompt's special tokens and EOT padding
+                tokens.append(row)
+                texts.append(self.pair.main.tokenizer.decode(row))
+        return tokens, texts
+
+
+class FasterWhisperPeer:
+    """faster-whisper (CTranslate2) on the same CTranslate2 model the main model was converted from."""
+
+    def __init__(self, ct2_dir: Path, device: torch.device):
+        from faster_whisper import WhisperModel as FasterWhisperModel
+
+        self.compute_type = "float16" if device.type == "cuda" else "float32"
+        self.model = FasterWhisperModel(str(ct2_dir), device=device.type, compute_type=self.compute_type,
+                                  cpu_threads=torch.get_num_threads())
+
+    def run(self, utterances: list[Utterance], batch_size: int, speculative: bool, task: str, languages: list[str]):
+        tokens, texts = [], []
+        for i in range(len(utterances)):
+            segments, _ = self.model.transcribe(
+                utterances[i].audio, language=languages[i], task=task, beam_size=1, temperature=0.0,
+                without_timestamps=True, condition_on_previous_text=False, vad_filter=False,
+            )
+            segments = list(segments)
+            tokens.append([t for s in segments for t in s.tokens])
+            texts.append("".join(s.text for s in segments))
+        return tokens, texts
+
+
+def load_peers(pair: WhisperPair, model: str, wanted: tuple[str, ...], workdir: Path, note) -> dict:
+    peers = {}
+    if "transformers" in wanted:
+        peers["transformers"] = TransformersPeer(pair, workdir)
+    if "faster-whisper" in wanted:
+        try:
+            import faster_whisper  # noqa: F401
+        except ImportError:
+            note("faster-whisper is not installed: its row is left out (pip install faster-whisper)")
+        else:
+            source = ct2_source(model)
+            if source is None:
+                note(f"{model} did not come from a CTranslate2 model: no faster-whisper row")
+            else:
+                peers["faster-whisper"] = FasterWhisperPeer(source, pair.device)
+    return peers

@@ -1,0 +1,197 @@
+"""The training data: recordings (single files, joined files, perturbed copies) and the teacher
+cache of encoder outputs, pseudo-labels and top-k logits per 30 s window."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..audio import N_SAMPLES, SAMPLE_RATE, AudioError, batch_features, load_audio
+from ..decoding import decode_encoded
+from ..jobs import Job
+from ..options import DecodingOptions
+from ..pair import Whisper, WhisperPair
+from ..sources import cache_dir
+
+CACHE_VERSION = 1  # of the window files' contents
+
+
+def _recording_key(parts: tuple[Job, ...], digests: dict[Path, bytes]) -> str:
+    """By content, not path or time stamp: a copied or re-synced data set keeps its teacher labels.
+    digests: each file's, computed once however many recordings it is part of."""
+    key = hashlib.sha1()
+    for job in parts:
+        if job.path not in digests:
+            digests[job.path] = hashlib.sha1(job.path.read_bytes()).digest()
+        key.update(digests[job.path])
+        key.update(f":{job.language}".encode())  # a forced language changes the labels
+    return key.hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Recording:
+    label: str  # the file, or the joined files
+    parts: tuple[Job, ...]
+    held_out: bool
+    copy: int = 0  # 0: the audio as it is; n > 0: its n-th perturbed copy
+
+
+def perturb(audio: np.ndarray, seed: int, copy: int, key: str) -> np.ndarray:
+    """A perturbed copy of a recording (key: its content's), the same for the same seed and copy:
+    speed changed by up to 10% (tempo and pitch, as Kaldi's speed perturbation: other voices) and
+    white noise at 10-30 dB SNR. The teacher labels the copy, so the assistant learns what the main
+    model writes for audio less clean than the training set's."""
+    import librosa  # slow to import; only augmentation needs it
+
+    rng = np.random.default_rng([seed, copy, int(key[:8], 16)])
+    speed = rng.uniform(0.9, 1.1)
+    audio = librosa.resample(audio, orig_sr=round(SAMPLE_RATE * speed), target_sr=SAMPLE_RATE)
+    noise = rng.standard_normal(len(audio)).astype(np.float32)
+    snr_db = rng.uniform(10, 30)
+    gain = np.sqrt(np.mean(audio**2) / 10 ** (snr_db / 10)) if len(audio) else 0.0
+    return (audio + gain * noise).astype(np.float32)
+
+
+def plan_recordings(jobs: list[Job], held_out: set[str], join: int, seed: int, augment: int = 0) -> list[Recording]:
+    """Every file on its own; with join, also recordings of `join` files end to end. A short file is
+    one 30 s window padded with silence, but long-form transcription decodes full windows that cut
+    speech at both edges: joined recordings give the assistant those. Files are joined only with
+    files of the same language and the same side of the held-out split, in a seeded order. With
+    augment, every training recording (never a held-out one) also comes as that many perturbed copies."""
+    recordings = [Recording(str(job.path), (job,), str(job.path) in held_out) for job in jobs]
+    groups: dict[tuple, list[Job]] = {}
+    for job in jobs if join else []:
+        groups.setdefault((str(job.path) in held_out, job.language), []).append(job)
+    for (held, _), members in groups.items():
+        random.Random(seed).shuffle(members)
+        for first in range(0, len(members) - join + 1, join):
+            parts = tuple(members[first : first + join])
+            recordings.append(Recording(f"joined:{parts[0].path}+{join - 1}", parts, held))
+    return recordings + [replace(recording, label=f"{recording.label}#{copy}", copy=copy)
+                         for copy in range(1, augment + 1) for recording in recordings if not recording.held_out]
+
+
+def _main_identity(main: Whisper) -> dict:
+    return {"cache_version": CACHE_VERSION, "model": str(main.path), "dims": asdict(main.dims),
+            "special": main.special.fingerprint()}
+
+
+def default_cache(main: Whisper) -> Path:
+    """Per main model: the teacher cache is reused by every distillation from the same audio."""
+    digest = hashlib.sha1(json.dumps(_main_identity(main), sort_keys=True).encode()).hexdigest()[:12]
+    return cache_dir() / "distill" / digest
+
+
+@torch.inference_mode()
+def _teacher_top_k(main: Whisper, sequences: list[list[int]], starts: list[int], top_k: int):
+    """The main model's top-k logits at every predicted position of each sequence (teacher forcing)."""
+    device = main.decoder.token_embedding.weight.device
+    width = max(map(len, sequences))
+    tokens = torch.tensor([s + [main.special.eot] * (width - len(s)) for s in sequences], device=device)
+    positions = torch.arange(width, device=device).expand_as(tokens)
+    main.decoder.clear_caches()  # whole sequences at once, no decoding state
+    logits = main.decoder(tokens, positions)
+    out = []
+    for row, (sequence, start) in enumerate(zip(sequences, starts)):
+        values, ids = logits[row, start : len(sequence) - 1].topk(top_k, dim=-1)
+        out.append((ids.to(torch.int32).cpu(), values.half().cpu()))
+    return out
+
+
+def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], cache: Path, *, top_k: int,
+                          seed: int = 0, batch_size: int = 4) -> list[tuple[Path, Recording]]:
+    """Encoder outputs, pseudo-labels (with and without timestamps) and teacher top-k logits for
+    every 30 s window of the recordings, one file per window; windows already cached are skipped.
+    seed: of the perturbed copies."""
+    main = main_pair.main
+    cache.mkdir(parents=True, exist_ok=True)
+    identity_file = cache / "main.json"
+    identity = _main_identity(main)
+    if identity_file.is_file() and json.loads(identity_file.read_text()) != identity:
+        raise ValueError(f"{cache}: cached for another main model or cache version; use another --cache-dir")
+    identity_file.write_text(json.dumps(identity, indent=2) + "\n")
+
+    windows, files = [], []
+    digests: dict[Path, bytes] = {}
+    unreadable: set[Path] = set()  # said once, though the file may be part of several recordings
+    for recording in tqdm(recordings, desc="reading audio", unit="recording", leave=False):
+        if unreadable.intersection(job.path for job in recording.parts):
+            continue
+        pieces = []
+        for job in recording.parts:
+            try:
+                pieces.append(load_audio(job.path))
+            except AudioError as error:
+                print(f"skipped: {error}", file=sys.stderr)
+                unreadable.add(job.path)
+                break
+        if len(pieces) < len(recording.parts):
+            continue
+        audio = np.concatenate(pieces)
+        key = _recording_key(recording.parts, digests)
+        if recording.copy:
+            audio = perturb(audio, seed, recording.copy, key)
+            key = f"{key}-p{seed}.{recording.copy}"
+        for offset in range(0, len(audio), N_SAMPLES):
+            file = cache / "windows" / f"{key}-{offset // N_SAMPLES}.pt"
+            files.append((file, recording))
+            if not file.is_file():
+                windows.append((file, recording, audio[offset : offset + N_SAMPLES]))
+    (cache / "windows").mkdir(exist_ok=True)
+
+    for first in tqdm(range(0, len(windows), batch_size), desc="teacher labels", unit="batch"):
+        batch = windows[first : first + batch_size]
+        mel = batch_features([w[2] for w in batch], main.dims.n_mels, main_pair.device)
+        languages = [recording.parts[0].language for _, recording, _ in batch]
+        examples = [[] for _ in batch]
+        with torch.inference_mode():
+            states = main.encoder(mel)
+            main.decoder.set_cross(states)
+        for timestamps in (False, True):
+            options = DecodingOptions(timestamps=timestamps)
+            results, _ = decode_encoded(main_pair, len(batch), options, languages=languages, use_assistant=False)
+            languages = [r.language for r in results]
+            prompts = [main.special.prompt(r.language, "transcribe", timestamps) for r in results]
+            sequences = [p + r.tokens + [main.special.eot] for p, r in zip(prompts, results)]
+            starts = [len(p) - 1 for p in prompts]
+            for row, (ids, values) in enumerate(_teacher_top_k(main, sequences, starts, top_k)):
+                examples[row].append({"timestamps": timestamps, "tokens": sequences[row], "start": starts[row],
+                                      "top_ids": ids, "top_logits": values})
+        states = states.half().cpu()
+        for row, (file, recording, _) in enumerate(batch):
+            partial = file.with_suffix(".partial")
+            torch.save({"source": recording.label, "language": languages[row], "encoder": states[row].clone(),
+                        "examples": examples[row]}, partial)
+            partial.replace(file)
+    return files
+
+
+@dataclass
+class Example:
+    window: int
+    tokens: torch.Tensor  # prompt + labels + EOT
+    start: int  # first predicting position
+    top_ids: torch.Tensor  # [n, k] full-vocabulary ids
+    top_logits: torch.Tensor  # [n, k]
+
+
+def load_cache(files: list[Path], top_k: int):
+    encoder, examples, languages = [], [], []
+    for index, file in enumerate(files):
+        item = torch.load(file, weights_only=True)
+        if item["examples"][0]["top_ids"].shape[1] != top_k:
+            raise ValueError(f"{file}: cached with another top_k; use another --cache-dir")
+        encoder.append(item["encoder"])
+        languages.append(item["language"])
+        for ex in item["examples"]:
+            examples.append(Example(index, torch.tensor(ex["tokens"]), ex["start"], ex["top_ids"].long(),
+                                     ex["top_logits"].float()))
+    return torch.stack(encoder), examples, languages

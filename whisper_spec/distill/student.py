@@ -1,0 +1,137 @@
+"""The assistant: its layers, draft vocabulary, what it shares with the main model, and its directory."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from ..model import Decoder
+from ..pair import ASSISTANT_CONFIG, ASSISTANT_FORMAT, SHARED_WITH_MAIN, Whisper, own_state, share_main_modules
+from .data import Example
+
+
+def spread_layers(n_main: int, n: int) -> list[int]:
+    """n of the main decoder's layers, evenly spread, first and last kept (n = 1: the last)."""
+    if not 1 <= n <= n_main:
+        raise ValueError(f"an assistant of {n} layers cannot start from a decoder of {n_main}")
+    if n == 1:
+        return [n_main - 1]
+    return sorted({round(i * (n_main - 1) / (n - 1)) for i in range(n)})
+
+
+def choose_draft_vocab(main: Whisper, examples: list[Example], size: int) -> torch.Tensor:
+    """EOT, the timestamps and every token of the training pseudo-labels; then the tokens the main
+    model gives the most probability on the training audio (its top-k); then the lowest text ids."""
+    special = main.special
+    chosen = {special.eot, *range(special.timestamp_begin, main.dims.n_vocab)}
+    chosen.update(t for e in examples for t in e.tokens.tolist())
+    mass = torch.zeros(main.dims.n_vocab)
+    for e in examples:
+        mass.index_add_(0, e.top_ids.reshape(-1), torch.softmax(e.top_logits, dim=-1).reshape(-1))
+    suppressed = set(special.suppress)
+    mass[list(suppressed)] = 0
+    order = mass.argsort(descending=True, stable=True)
+    fill = order[mass[order] > 0].tolist() + [t for t in range(special.eot) if t not in suppressed]
+    for token in fill:
+        if len(chosen) >= size:
+            break
+        chosen.add(token)
+    return torch.tensor(sorted(chosen), dtype=torch.long)
+
+
+def build_student(main: Whisper, init_layers: list[int], draft_vocab: torch.Tensor) -> Decoder:
+    """An assistant decoder initialised from the main one. What it shares with the main model
+    (token embedding, output rows, cross-attention key/value projections) is the main model's own
+    frozen modules; the rest is a trainable float32 copy of the chosen layers."""
+    dims = replace(main.dims, n_text_layer=len(init_layers))
+    student = Decoder(dims)
+    student.positional_embedding = torch.nn.Parameter(main.decoder.positional_embedding.detach().float().clone())
+    student.ln.load_state_dict({k: v.float() for k, v in main.decoder.ln.state_dict().items()})
+    for block, layer in zip(student.blocks, init_layers):
+        block.load_state_dict({k: v.float() for k, v in main.decoder.blocks[layer].state_dict().items()})
+    share_main_modules(student, main.decoder, init_layers, draft_vocab)
+    return student
+
+
+def save_assistant(student: Decoder, main: Whisper, output: Path, meta: dict) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    tensors = {name: t.detach().to(torch.float16).contiguous() for name, t in own_state(student).items()}
+    tensors["draft_vocab"] = student.proj_out.token_ids.to(torch.int32).cpu()
+    save_file(tensors, output / "model.safetensors")
+    config = {
+        "format": ASSISTANT_FORMAT,
+        "main_model": main.name,
+        "main_dims": asdict(main.dims),
+        "main_fingerprint": main.special.fingerprint(),
+        "layers_from_main": student.cross_source,
+        "draft_vocab_size": len(student.proj_out.token_ids),
+        "shared_with_main": list(SHARED_WITH_MAIN),
+        **meta,
+    }
+    (output / ASSISTANT_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    (output / "README.md").write_text(model_card(config))
+
+
+def model_card(config: dict) -> str:
+    """The assistant's model card: what it is, how it was made, what it reached while training."""
+    training = config.get("training", {})
+    recipe, data = training.get("recipe", {}), training.get("training_data", {})
+    def rate(name: str, entry: dict = training) -> str:
+        return "n/a" if entry.get(name) is None else f"{entry[name]:.3f}"
+
+    joined = training.get("held_out_joined_acceptance") is not None
+    log = "\n".join(f"| {e['step']} | {e['loss']:.3f} | {rate('held_out_acceptance', e)} |"
+                    + (f" {rate('held_out_joined_acceptance', e)} |" if joined else "") for e in training.get("log", []))
+    joined_line = (f" (on the held-out joined recordings' windows {rate('held_out_joined_acceptance_before')}"
+                   f" before, {rate('held_out_joined_acceptance')} after)") if joined else ""
+    joined_files = (f" and {data.get('joined_recordings')} recordings of {recipe.get('join')} of them joined end to end"
+                    " (full 30 s windows, as in long-form transcription; held-out files joined only with each other)"
+                    if recipe.get("join") else "")
+    joined_files += (f"; {data.get('perturbed_copies')} perturbed copies of the training recordings ({recipe.get('augment')}"
+                     " each: speed changed by up to 10%, white noise at 10-30 dB SNR)" if recipe.get("augment") else "")
+    return f"""# Distilled assistant for {config['main_model']}
+
+A {len(config['layers_from_main'])}-layer assistant decoder for speculative decoding with `{config['main_model']}`
+(whisper-spec format: load it with `load_pair("{config['main_model']}", "<this folder>")` or
+`whisper-spec transcribe --model {config['main_model']} --assistant <this folder>`; `whisper-spec export`
+writes a standard `WhisperForCausalLM`). Greedy output with it is the main model's own, token for token.
+
+- Initialised from the main decoder's layers {config['layers_from_main']}; it cross-attends to the main
+  encoder's output. Shared with the main model and not stored here: {'; '.join(config['shared_with_main'])}.
+- Drafts from {config['draft_vocab_size']} tokens of the vocabulary (EOT, timestamps, every pseudo-label
+  token, then the tokens the main model puts probability on); the main model still scores all.
+- Stored: its own layers, positional embedding and final layer norm, float16.
+
+## Recipe
+
+`{training.get('command')}`
+
+Distil-whisper style: cross-entropy (weight {recipe.get('ce_weight')}) on the main model's greedy
+transcripts, with and without timestamps, plus KL divergence (weight {recipe.get('kl_weight')}, temperature
+{recipe.get('kl_temperature')}) to its top-{recipe.get('top_k')} logits; AdamW, peak learning rate
+{recipe.get('learning_rate')}, {recipe.get('warmup_steps')} warm-up steps then cosine decay,
+{recipe.get('steps')} steps of {recipe.get('batch_size')} sequences, seed {recipe.get('seed')}; token
+embedding and cross-attention key/value projections frozen (shared).
+
+## Data
+
+`{data.get('source')}`: {data.get('files')} files{joined_files}, {data.get('windows')} windows, languages
+{data.get('languages')}; {data.get('held_out_files')} files held out for the acceptance below; {data.get('train_sequences')}
+training sequences.
+
+## Training
+
+Teacher labels {training.get('label_seconds')} s (0 when cached), training {training.get('train_seconds')} s
+on {training.get('machine')}, torch {training.get('torch')}. Held-out acceptance (teacher-forced: the
+assistant's argmax equals the main model's greedy token) {rate('held_out_acceptance_before')} before,
+{rate('held_out_acceptance')} after{joined_line}; {rate('held_out_draft_vocab_coverage')} of
+held-out tokens are in the draft vocabulary.
+
+| step | loss | held-out acceptance |{" joined recordings |" if joined else ""}
+|---:|---:|---:|{"---:|" if joined else ""}
+{log}
+"""

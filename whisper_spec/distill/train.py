@@ -1,0 +1,257 @@
+"""Training: distil-whisper's loss on the cached teacher outputs, held-out acceptance, checkpoints."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from ..jobs import collect_jobs
+from ..model import Decoder
+from ..options import DistillOptions
+from ..pair import Whisper, WhisperPair, own_state
+from .data import Example, default_cache, load_cache, plan_recordings, prepare_teacher_cache
+from .student import build_student, choose_draft_vocab, save_assistant, spread_layers
+
+
+def _split(sources: list[str], held_out: float, seed: int) -> set[str]:
+    """Held-out source files, chosen by a seeded shuffle of the sorted file names."""
+    names = sorted(set(sources))
+    random.Random(seed).shuffle(names)
+    return set(names[: round(len(names) * held_out)])
+
+
+def _collate(examples: list[Example], cross: list[tuple], to_draft: torch.Tensor, eot: int):
+    """Padded tokens, the cross keys/values of each example's window, and per predicted position
+    its pseudo-label (in draft ids, -100 where outside the draft vocabulary) and teacher top-k."""
+    width = max(len(e.tokens) for e in examples)
+    k = examples[0].top_ids.shape[1]
+    batch = len(examples)
+    tokens = torch.full((batch, width), eot, dtype=torch.long)
+    labels = torch.full((batch, width), -100, dtype=torch.long)
+    top_ids = torch.zeros(batch, width, k, dtype=torch.long)
+    top_logits = torch.full((batch, width, k), float("-inf"))
+    for row, e in enumerate(examples):
+        n = len(e.tokens)
+        tokens[row, :n] = e.tokens
+        labels[row, e.start : n - 1] = to_draft[e.tokens[e.start + 1 :]]
+        top_ids[row, e.start : n - 1] = to_draft[e.top_ids]
+        top_logits[row, e.start : n - 1] = e.top_logits
+    top_logits = top_logits.masked_fill(top_ids < 0, float("-inf"))
+    windows = torch.tensor([e.window for e in examples])
+    cross_kv = [(k[windows].float(), v[windows].float()) for k, v in cross]
+    return tokens, labels, top_ids.clamp(min=0), top_logits, cross_kv
+
+
+def _forward(student: Decoder, tokens: torch.Tensor, cross_kv) -> torch.Tensor:
+    for block, kv in zip(student.blocks, cross_kv):
+        block.cross_attn.cross_kv = kv
+    positions = torch.arange(tokens.shape[1]).expand_as(tokens)
+    return student.proj_out.compact(student.features(tokens, positions))
+
+
+def distillation_loss(logits, labels, top_ids, top_logits, options: DistillOptions) -> torch.Tensor:
+    """ce_weight * CE(pseudo-labels) + kl_weight * T^2 * KL(teacher top-k || assistant), per position."""
+    mask = labels >= 0
+    ce = F.cross_entropy(logits[mask], labels[mask])
+    t = options.kl_temperature
+    has_teacher = torch.isfinite(top_logits).any(dim=-1)
+    teacher = torch.softmax(top_logits[has_teacher] / t, dim=-1)
+    student = torch.log_softmax(logits[has_teacher] / t, dim=-1).gather(1, top_ids[has_teacher])
+    kl = (teacher * (torch.log(teacher.clamp(min=1e-20)) - student)).sum(dim=-1).mean()
+    return options.ce_weight * ce + options.kl_weight * t * t * kl
+
+
+@torch.no_grad()
+def agreement(student: Decoder, examples: list[Example], cross, to_draft, eot: int, batch_size: int = 32) -> float:
+    """Teacher-forced acceptance: how often the assistant's argmax is the main model's greedy token."""
+    hits = total = 0
+    for first in range(0, len(examples), batch_size):
+        tokens, labels, _, _, cross_kv = _collate(examples[first : first + batch_size], cross, to_draft, eot)
+        target = torch.full_like(labels, -1)
+        for row, e in enumerate(examples[first : first + batch_size]):
+            target[row, e.start : len(e.tokens) - 1] = e.tokens[e.start + 1 :]
+        logits = _forward(student, tokens, cross_kv)
+        predicted = student.proj_out.token_ids[logits.argmax(dim=-1)]
+        hits += int(((predicted == target) & (target >= 0)).sum())
+        total += int((target >= 0).sum())
+    return hits / max(total, 1)
+
+
+def _cross_kv(main: Whisper, init_layers: list[int], encoder: torch.Tensor) -> list[tuple]:
+    """The frozen cross-attention keys and values of every cached window, per assistant layer."""
+    out = []
+    with torch.inference_mode():
+        for layer in init_layers:
+            attention = main.decoder.blocks[layer].cross_attn
+            ks, vs = [], []
+            for first in range(0, len(encoder), 8):
+                attention.set_cross(encoder[first : first + 8].float(), torch.float32)
+                ks.append(attention.cross_kv[0].half())
+                vs.append(attention.cross_kv[1].half())
+            out.append((torch.cat(ks), torch.cat(vs)))
+    return out
+
+
+def distill(
+    main_pair: WhisperPair,
+    source: str,
+    output: Path,
+    options: DistillOptions = DistillOptions(),
+    *,
+    cache: Path | None = None,
+    resume: bool = False,
+    command: str | None = None,
+) -> dict:
+    """Train an assistant for main_pair.main on the audio in source; write it to output."""
+    main = main_pair.main
+    started = time.perf_counter()
+    torch.manual_seed(options.seed)
+    jobs = collect_jobs(source)
+    if not jobs:
+        raise ValueError(f"{source}: no audio files")
+    held = _split([str(job.path) for job in jobs], options.held_out, options.seed)
+    recordings = plan_recordings(jobs, held, options.join, options.seed, options.augment)
+    windows = prepare_teacher_cache(main_pair, recordings, cache or default_cache(main), top_k=options.top_k,
+                                    seed=options.seed)
+    label_seconds = time.perf_counter() - started
+    encoder, examples, languages = load_cache([file for file, _ in windows], options.top_k)
+    recording_of = [recording for _, recording in windows]
+    train = [e for e in examples if not recording_of[e.window].held_out]
+    # held-out acceptance on single files (short clips, padded windows) and on joined recordings' full windows
+    held_out = {
+        "held_out_acceptance": [e for e in examples
+                                if recording_of[e.window].held_out and len(recording_of[e.window].parts) == 1],
+        "held_out_joined_acceptance": [e for e in examples
+                                       if recording_of[e.window].held_out and len(recording_of[e.window].parts) > 1],
+    }
+    if not train:
+        raise ValueError(f"{source}: no training windows left after holding out {options.held_out:.0%}")
+
+    init_layers = list(options.init_layers or spread_layers(main.dims.n_text_layer, options.layers))
+    draft_vocab = choose_draft_vocab(main, train, options.draft_vocab)
+    to_draft = torch.full((main.dims.n_vocab,), -1, dtype=torch.long)
+    to_draft[draft_vocab] = torch.arange(len(draft_vocab))
+    student = build_student(main, init_layers, draft_vocab)
+    data = _Data(train, held_out, _cross_kv(main, init_layers, encoder), to_draft, main.special.eot)
+    train_started = time.perf_counter()
+    initial, log = _train(student, data, options, output / "checkpoint.pt", resume)
+
+    valid = held_out["held_out_acceptance"]
+    coverage = np.mean([float(to_draft[t] >= 0) for e in valid for t in e.tokens[e.start + 1 :].tolist()]) if valid else None
+    summary = {
+        "recipe": {**asdict(options), "init_layers": init_layers},
+        "training_data": {
+            "source": source,
+            "files": len(jobs),
+            "joined_recordings": sum(len(r.parts) > 1 and not r.copy for r in recordings),
+            "perturbed_copies": sum(bool(r.copy) for r in recordings),
+            "windows": len(encoder),
+            "held_out_files": len(held),
+            "languages": sorted(set(languages)),
+            "train_sequences": len(train),
+        },
+        "command": command,
+        "label_seconds": round(label_seconds, 1),
+        "train_seconds": round(time.perf_counter() - train_started, 1),
+        "held_out_acceptance_before": initial.get("held_out_acceptance"),
+        "held_out_acceptance": log[-1]["held_out_acceptance"] if log else None,
+        "held_out_joined_acceptance_before": initial.get("held_out_joined_acceptance"),
+        "held_out_joined_acceptance": log[-1].get("held_out_joined_acceptance") if log else None,
+        "held_out_draft_vocab_coverage": coverage,
+        "log": log,
+        "torch": torch.__version__,
+        "machine": f"{platform.machine()} ({os.cpu_count()} cores, {main_pair.device}), {torch.get_num_threads()} threads",
+    }
+    save_assistant(student, main, output, {"training": summary})
+    (output / "checkpoint.pt").unlink(missing_ok=True)
+    return summary
+
+
+@dataclass(frozen=True)
+class _Data:
+    train: list[Example]
+    held_out: dict[str, list[Example]]  # by the name of its acceptance figure
+    cross: list[tuple]  # per assistant layer: every window's frozen cross-attention keys and values
+    to_draft: torch.Tensor  # full-vocabulary id -> draft-vocabulary id (-1: not in it)
+    eot: int
+
+    def held_out_acceptance(self, student: Decoder) -> dict[str, float]:
+        return {name: agreement(student, examples, self.cross, self.to_draft, self.eot)
+                for name, examples in self.held_out.items() if examples}
+
+
+def _learning_rate(options: DistillOptions):
+    """Linear warm-up, then cosine decay to 0 at the last step (a LambdaLR factor)."""
+    def factor(step: int) -> float:
+        if step < options.warmup_steps:
+            return (step + 1) / options.warmup_steps
+        progress = (step - options.warmup_steps) / max(1, options.steps - options.warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+    return factor
+
+
+def _train(student: Decoder, data: _Data, options: DistillOptions, checkpoint: Path, resume: bool
+           ) -> tuple[dict, list[dict]]:
+    """The training loop, resumable from its checkpoint; held-out acceptance before training (a
+    fresh start only) and the log of evaluations."""
+    own = own_state(student)  # trained; what it shares with the main model stays frozen
+    parameters = [p for name, p in student.named_parameters() if name in own]
+    optimizer = torch.optim.AdamW(parameters, lr=options.learning_rate, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _learning_rate(options))
+    order = torch.Generator().manual_seed(options.seed)
+    step, log = 0, []
+    if resume and checkpoint.is_file():
+        saved = torch.load(checkpoint, weights_only=False)
+        if saved["options"] != asdict(options):
+            raise ValueError(f"{checkpoint}: written with other options; remove it or drop --resume")
+        student.load_state_dict(saved["student"], strict=False)
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        order.set_state(saved["order"])
+        step, log, permutation, cursor = saved["step"], saved["log"], saved["permutation"], saved["cursor"]
+    else:
+        permutation, cursor = torch.randperm(len(data.train), generator=order), 0
+    initial = data.held_out_acceptance(student) if step == 0 else {}
+
+    bar = tqdm(total=options.steps, initial=step, desc="distilling", unit="step")
+    while step < options.steps:
+        if cursor + options.batch_size > len(permutation):
+            permutation, cursor = torch.randperm(len(data.train), generator=order), 0
+        batch = [data.train[i] for i in permutation[cursor : cursor + options.batch_size].tolist()]
+        cursor += options.batch_size
+        tokens, labels, top_ids, top_logits, cross_kv = _collate(batch, data.cross, data.to_draft, data.eot)
+        loss = distillation_loss(_forward(student, tokens, cross_kv), labels, top_ids, top_logits, options)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        optimizer.step()
+        scheduler.step()
+        step += 1
+        postfix = {"loss": f"{loss.item():.3f}"}
+        if step % options.eval_every == 0 or step == options.steps:
+            entry = {"step": step, "loss": loss.item(), "held_out_acceptance": None,
+                     **data.held_out_acceptance(student)}
+            log.append(entry)
+            if entry["held_out_acceptance"] is not None:
+                postfix["held-out acceptance"] = f"{entry['held_out_acceptance']:.3f}"
+        bar.set_postfix(postfix)
+        bar.update()
+        if step % options.checkpoint_every == 0 and step < options.steps:
+            checkpoint.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"options": asdict(options), "student": own_state(student), "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(), "order": order.get_state(), "step": step, "log": log,
+                        "permutation": permutation, "cursor": cursor},
+                       checkpoint)
+    bar.close()
+    return initial, log

@@ -1,0 +1,77 @@
+"""A batch of windows -> features -> encoder states in the decoders' cross-attention, run once per
+window; and the main model's language detection on them."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import Tensor
+
+from .audio import batch_features, signal_frames
+from .pair import Whisper, WhisperPair
+from .stats import DecodingStats
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so a timer read after it measures that work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def detect_language(model: Whisper, n_rows: int) -> list[str]:
+    """The most likely language token after <|startoftranscript|>, per row of the decoder's cross state."""
+    special = model.special
+    device = model.decoder.token_embedding.weight.device
+    sot = torch.full((n_rows, 1), special.sot, device=device)
+    logits = model.decoder(sot, torch.zeros_like(sot), n_logits=1)[:, 0]
+    language_ids = torch.tensor(list(special.lang_to_id.values()), device=device)
+    best = language_ids[logits[:, language_ids].argmax(dim=-1)]
+    return [special.id_to_lang[int(i)] for i in best]
+
+
+@torch.inference_mode()
+def detect_languages(pair: WhisperPair, mel: Tensor) -> list[str]:
+    """The language of each window, from the main model alone (encoder and one decoder step)."""
+    pair.main.decoder.ensure_caches(mel.shape[0], 1)
+    pair.main.decoder.set_cross(pair.main.encoder(mel.to(pair.device)))
+    return detect_language(pair.main, mel.shape[0])
+
+
+def assistant_frames(assistant: Whisper, mel: Tensor) -> int | None:
+    """The encoder frames the assistant attends to for this batch (None: all): up to the end of
+    the longest audio plus its margin. Its drafts need not be exact, and skipping the padding
+    after short audio halves the bytes its cross-attention reads."""
+    if assistant.audio_frame_margin is None:
+        return None
+    n_audio_ctx = assistant.dims.n_audio_ctx
+    frames = -(-int(signal_frames(mel).max()) * n_audio_ctx // mel.shape[-1])
+    return min(n_audio_ctx, frames + assistant.audio_frame_margin)
+
+
+def pair_features(pair: WhisperPair, audio: list) -> tuple[Tensor, Tensor | None]:
+    """Features of clips of at most one window each for the main model, and for an assistant with
+    its own encoder and other mel settings (else None: it reads the main features)."""
+    mel = batch_features(audio, pair.main.dims.n_mels, pair.device)
+    assistant = pair.assistant
+    if assistant is not None and assistant.encoder is not None and assistant.dims.n_mels != pair.main.dims.n_mels:
+        return mel, batch_features(audio, assistant.dims.n_mels, pair.device)
+    return mel, None
+
+
+def encode(pair: WhisperPair, mel: Tensor, assistant_mel: Tensor | None, stats: DecodingStats) -> None:
+    """Run the encoder(s) once for the batch and hand their states to the decoders' cross-attention."""
+    synchronize(pair.device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        states = pair.main.encoder(mel.to(pair.device))
+        pair.main.decoder.set_cross(states)
+        if pair.assistant is not None:
+            n_frames = assistant_frames(pair.assistant, mel)
+            if pair.shares_encoder:
+                pair.assistant.decoder.set_cross(states, main=pair.main.decoder, n_frames=n_frames)
+            else:
+                own_mel = mel if assistant_mel is None else assistant_mel
+                pair.assistant.decoder.set_cross(pair.assistant.encoder(own_mel.to(pair.device)), n_frames=n_frames)
+    synchronize(pair.device)
+    stats.encoder_seconds += time.perf_counter() - start

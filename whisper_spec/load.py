@@ -1,0 +1,215 @@
+"""Checkpoints -> a main model and an assistant paired so that they share work where they can.
+
+A decoder-only assistant (distil-whisper's `WhisperForCausalLM`, or any checkpoint loaded with
+`assistant_encoder="shared"`) never has its encoder weights read: it cross-attends to the main
+model's encoder output. A full assistant keeps its own encoder and its own mel settings. A
+distilled assistant (whisper-spec distill) is its own layers from disk plus the modules it shares
+with the main model (pair.share_main_modules).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from .checkpoint import Checkpoint, read_dims, to_ours
+from .model import Decoder, Encoder, Linear, ModelDims
+from .options import DTYPES
+from .pair import (
+    ASSISTANT_CONFIG,
+    DISTILLED_FRAME_MARGIN,
+    IncompatiblePair,
+    Whisper,
+    WhisperPair,
+    check_distilled,
+    check_pair,
+    is_distilled_assistant,
+    share_main_modules,
+)
+from .quantize import QUANTIZATION_CONFIG, Int8Embedding, aligned, int8_modules, kernel_for, quantize_decoder_state
+from .sources import resolve_model
+from .tokenizer import SpecialTokens, Tokenizer
+
+
+def as_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    return getattr(torch, dtype)
+
+
+def _build(module_class, dims: ModelDims, state_dict: dict, dtype: torch.dtype, device: torch.device):
+    """The module built on the meta device, then given the weights: no float copy is made first."""
+    with torch.device("meta"):
+        module = module_class(dims)
+    _load_module(module, state_dict, dtype, device)
+    return module
+
+
+def _placed(state_dict: dict, dtype: torch.dtype, device) -> dict:
+    """Tensors on the device, contiguous and aligned (a tensor read from a file may sit at any
+    offset in it, and kernels may read weights with aligned loads); float ones in dtype, int8
+    weights left int8."""
+    return {k: aligned(v.to(device=device, dtype=dtype if v.is_floating_point() else None))
+            for k, v in state_dict.items()}
+
+
+def _load_module(module: torch.nn.Module, state_dict: dict, dtype: torch.dtype, device: torch.device) -> None:
+    state_dict = _placed(state_dict, dtype, device)
+    missing, unexpected = module.load_state_dict(state_dict, strict=False, assign=True)
+    module.requires_grad_(False)  # loaded models are for inference; distillation builds its own student
+    missing = [m for m in missing if "kv_cache" not in m]
+    if missing or unexpected:
+        raise ValueError(f"weights do not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+
+
+def _encoder(ckpt: Checkpoint, dims: ModelDims, dtype, device) -> Encoder:
+    return _build(Encoder, dims, to_ours(ckpt.get, "encoder", dims.n_audio_layer), dtype, device)
+
+
+def _decoder(ckpt: Checkpoint, dims: ModelDims, dtype, device, int8: bool) -> Decoder:
+    state = to_ours(ckpt.get, "decoder", dims.n_text_layer)
+    # Whisper ties the output projection to the embedding; an untied export keeps its own
+    if "proj_out.weight" in ckpt.files:
+        proj_out = ckpt.get("proj_out.weight", prefixed=False)
+        if not torch.equal(proj_out, state["token_embedding.weight"]):
+            state["proj_out.weight"] = proj_out
+    return build_decoder(dims, quantize_decoder_state(state) if int8 else state, dtype, device)
+
+
+def build_decoder(dims: ModelDims, state: dict, dtype, device) -> Decoder:
+    """A decoder from its state dict, built on the meta device. int8 weights (with `.scales`) get
+    int8 modules, so their float form is never allocated on the device."""
+    with torch.device("meta"):
+        decoder = Decoder(dims)
+        if "proj_out.weight" in state:
+            decoder.proj_out = Linear(dims.d_model, dims.n_vocab, bias=False)
+    int8_modules(decoder, state)
+    _load_module(decoder, state, dtype, device)
+    if isinstance(decoder.token_embedding, Int8Embedding) and decoder.proj_out is None:
+        decoder.proj_out = decoder.token_embedding.as_projection()
+    elif decoder.proj_out is None:
+        decoder.proj_out = Linear.of(decoder.token_embedding.weight)
+    decoder.pack()
+    return decoder
+
+
+def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", device="cpu",
+               int8: bool = False) -> Whisper:
+    """One Whisper model; with_encoder=False reads the decoder only. int8: decoder linears in
+    int8 (always so for a directory written by `whisper-spec quantize`); the encoder stays float."""
+    dtype = as_dtype(dtype)
+    device = torch.device(device)
+    path = resolve_model(str(spec))
+    config = json.loads((path / "config.json").read_text())
+    dims = read_dims(config)
+    special = SpecialTokens.from_model_dir(path)
+    prequantized = (path / QUANTIZATION_CONFIG).is_file()
+    # the encoder is one pass per window: on CPU it runs float32, as half-precision convolutions
+    # and matmuls without hardware support are several times slower there
+    encoder_dtype = torch.float32 if device.type == "cpu" else dtype
+    if prequantized:
+        state = load_file(path / "model.safetensors")
+        part = {name: {k.removeprefix(name + "."): v for k, v in state.items() if k.startswith(name + ".")}
+                for name in ("encoder", "decoder")}
+        encoder = _build(Encoder, dims, part["encoder"], encoder_dtype, device) if with_encoder else None
+        decoder = build_decoder(dims, part["decoder"], dtype, device)
+    else:
+        ckpt = Checkpoint(path)
+        encoder = _encoder(ckpt, dims, encoder_dtype, device) if with_encoder else None
+        decoder = _decoder(ckpt, dims, dtype, device, int8)
+    return Whisper(str(spec), path, dims, special, Tokenizer(path, special), decoder, encoder)
+
+
+def assistant_precision(dtype: torch.dtype, int8: bool, assistant_int8: bool | None, device: torch.device
+                        ) -> tuple[torch.dtype, bool]:
+    """The assistant's activation dtype and whether its decoder is int8.
+
+    Its tokens are only proposals, every one verified by the main model, so its precision changes
+    speed and acceptance, never the transcript. None (auto): int8 where the main model is, and on
+    CPU wherever the fused int8 kernel runs (a 3-4x cheaper draft step there). int8 decoders
+    compute in half precision: the CPU kernel is slow with float32 activations.
+    """
+    if assistant_int8 is None:
+        assistant_int8 = int8 or (device.type == "cpu" and kernel_for("cpu", torch.bfloat16) == "int8pack_mm")
+    if assistant_int8 and dtype == torch.float32:
+        return torch.bfloat16, True
+    return dtype, assistant_int8
+
+
+def load_distilled(path: Path, main: Whisper, dtype, device, int8: bool = False) -> Whisper:
+    """A distilled assistant: its own layers from disk, everything it shares from the main model.
+
+    Shared as the main model's own modules, never stored: the token embedding (and with it the
+    draft vocabulary's projection rows) and the cross-attention key/value projections of the main
+    layers it was initialised from, whose cross keys and values the main decoder already computes.
+    """
+    path = Path(path)
+    config = json.loads((path / ASSISTANT_CONFIG).read_text())
+    check_distilled(config, path, main)
+    sources = config["layers_from_main"]
+    dims = replace(main.dims, n_text_layer=len(sources))
+    state = load_file(path / "model.safetensors")
+    draft_vocab = state.pop("draft_vocab").long().to(device)
+    if int8 and not any(k.endswith(".scales") for k in state):
+        state = quantize_decoder_state(state)
+    with torch.device("meta"):
+        decoder = Decoder(dims)
+    int8_modules(decoder, state)
+    decoder.load_state_dict(_placed(state, dtype, device), strict=False, assign=True)
+    decoder.requires_grad_(False)
+    share_main_modules(decoder, main.decoder, sources, draft_vocab, int8)
+    decoder.pack()
+    left = [n for n, t in decoder.state_dict().items() if t.is_meta]
+    if left:
+        raise ValueError(f"{path}: weights missing from model.safetensors: {left[:5]}")
+    # its configuration and tokenizer files are the main model's
+    languages = config.get("training", {}).get("training_data", {}).get("languages")
+    return Whisper(str(path), main.path, dims, main.special, main.tokenizer, decoder, None,
+                   tuple(languages) if languages else None, DISTILLED_FRAME_MARGIN)
+
+
+def load_pair(
+    main: str | Path,
+    assistant: str | Path | None = None,
+    *,
+    assistant_encoder: str = "auto",
+    dtype: str | torch.dtype = "float32",
+    device: str | torch.device = "cpu",
+    int8: bool = False,
+    assistant_int8: bool | None = None,
+) -> WhisperPair:
+    """Load a main model and an optional assistant.
+
+    assistant_encoder: "shared" (cross-attend to the main encoder; the assistant's encoder is never
+    read), "own" (run the assistant's encoder on its own features), or "auto" (shared for
+    decoder-only checkpoints, own otherwise). int8: the main decoder's linears in int8 (see
+    quantize.py). assistant_int8: the assistant's, independently (see assistant_precision).
+    """
+    if assistant_encoder not in ("auto", "shared", "own"):
+        raise ValueError(f"assistant_encoder must be auto, shared or own, not {assistant_encoder!r}")
+    dtype = as_dtype(dtype)
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda asked for, but torch sees no CUDA device")
+    main_model = load_model(main, dtype=dtype, device=device, int8=int8)
+    assistant_model = None
+    assistant_dtype, assistant_int8 = assistant_precision(dtype, int8, assistant_int8, device)
+    if assistant is not None and is_distilled_assistant(Path(assistant)):
+        assistant_model = load_distilled(Path(assistant), main_model, assistant_dtype, device, assistant_int8)
+    elif assistant is not None:
+        path = resolve_model(str(assistant))
+        decoder_only = Checkpoint(path).is_decoder_only(json.loads((path / "config.json").read_text()))
+        if assistant_encoder == "own" and decoder_only:
+            raise IncompatiblePair(f"assistant {assistant}: has no encoder weights; use assistant_encoder='shared'")
+        share = assistant_encoder == "shared" or (assistant_encoder == "auto" and decoder_only)
+        assistant_model = load_model(path, with_encoder=not share, dtype=assistant_dtype, device=device,
+                                     int8=assistant_int8)
+        assistant_model.name = str(assistant)
+        check_pair(main_model, assistant_model)
+    return WhisperPair(main_model, assistant_model, device, dtype)

@@ -1,0 +1,92 @@
+"""What a user can set, as frozen dataclasses with their defaults: the one place those live.
+
+Imports nothing heavy (no torch), so the command line reads its defaults from here and
+`whisper-spec --help` starts fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CHUNK_SECONDS = 30  # Whisper's window: the encoder's fixed input length
+BATCH_SIZE = 4  # 30 s windows decoded together
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    task: str = "transcribe"  # or "translate"
+    language: str | None = None  # None: detected per row
+    temperature: float = 0.0  # 0: greedy
+    timestamps: bool = False  # predict segment timestamps (Whisper's timestamp rules apply)
+    max_length: int | None = None  # total decoder tokens including the prompt; default: the model's 448
+    draft_tokens: int = 4  # most drafted per round and row; ignored without an assistant
+    adaptive_draft: bool = False  # per row: +2 after a fully accepted round, -1 after a rejection
+    draft_confidence: float = 0.8  # a row stops drafting for the round after a draft the assistant gives less probability
+    max_draft_tokens: int = 16  # cap for the adaptive draft length
+    seed: int | None = None  # for sampling
+
+    def __post_init__(self):
+        if self.task not in ("transcribe", "translate"):
+            raise ValueError(f"task must be transcribe or translate, not {self.task!r}")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if self.draft_tokens < 0 or self.max_draft_tokens < max(1, self.draft_tokens if self.adaptive_draft else 1):
+            raise ValueError("draft_tokens must be >= 0 and max_draft_tokens >= draft_tokens")
+        if not 0 <= self.draft_confidence < 1:
+            raise ValueError("draft_confidence must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class ChunkingOptions:
+    chunk_length: float = CHUNK_SECONDS  # seconds per window, at most 30
+    overlap: float = 10.0  # seconds shared by consecutive windows (Whisper often leaves the last few
+    # seconds of a window untranscribed, for the next window to take: the overlap must cover them)
+
+    def __post_init__(self):
+        if not 0 < self.chunk_length <= CHUNK_SECONDS:
+            raise ValueError(f"chunk_length must be in (0, {CHUNK_SECONDS}] seconds")
+        if not 0 <= self.overlap <= self.chunk_length / 2:
+            raise ValueError("overlap must be between 0 and half the chunk length")
+
+
+@dataclass(frozen=True)
+class DistillOptions:
+    layers: int = 2  # assistant decoder layers
+    init_layers: tuple[int, ...] | None = None  # main layers to start from; default: spread, first and last kept
+    draft_vocab: int = 16384  # tokens the assistant can draft (timestamps and EOT included)
+    steps: int = 1000
+    batch_size: int = 16
+    learning_rate: float = 3e-4
+    warmup_steps: int = 50
+    ce_weight: float = 0.8  # distil-whisper's weights and temperature
+    kl_weight: float = 1.0
+    kl_temperature: float = 2.0
+    top_k: int = 16  # teacher logits kept per position
+    join: int = 0  # also train on recordings of this many files end to end (see distill.data); 0: none
+    augment: int = 0  # perturbed copies of every training recording (see distill.data.perturb)
+    held_out: float = 0.1  # fraction of files kept out of training, for held-out acceptance
+    eval_every: int = 100
+    checkpoint_every: int = 100
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.init_layers is not None and len(self.init_layers) != self.layers:
+            raise ValueError(f"init_layers names {len(self.init_layers)} layers, layers is {self.layers}")
+        if self.layers < 1 or self.steps < 1 or self.batch_size < 1 or not 0 <= self.held_out < 1:
+            raise ValueError("layers, steps and batch_size must be >= 1 and held_out in [0, 1)")
+        if self.join == 1 or self.join < 0:
+            raise ValueError("join must be 0 (no joined recordings) or at least 2 files")
+        if self.augment < 0:
+            raise ValueError("augment must be >= 0")
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    batch_sizes: tuple[int, ...] = (1, 4)
+    int8: bool = False  # add int8 configurations (main-only and speculative)
+    peers: tuple[str, ...] = ("transformers", "faster-whisper")  # those installed run too
+    repeats: int = 3
+    draft_tokens: int = DecodingOptions.draft_tokens
+    draft_confidence: float = DecodingOptions.draft_confidence
+    task: str = "transcribe"

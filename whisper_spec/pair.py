@@ -1,0 +1,199 @@
+"""A main model and its assistant: the loaded-model types, the pairing rules, and what an assistant
+shares with its main model.
+
+Nothing here reads a checkpoint (see load.py): decoding works on these types alone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .model import Decoder, DraftVocabProjection, Encoder, Linear, ModelDims
+from .quantize import Int8Linear, kernel_for, quantize_per_channel
+from .tokenizer import SpecialTokens, Tokenizer
+
+
+class IncompatiblePair(ValueError):
+    """The assistant cannot draft for the main model; the message names the mismatch."""
+
+
+@dataclass
+class Whisper:
+    """A loaded model: its network (an assistant may have a decoder only) and its vocabulary."""
+
+    name: str
+    path: Path  # the directory its configuration and tokenizer come from
+    dims: ModelDims
+    special: SpecialTokens
+    tokenizer: Tokenizer
+    decoder: Decoder
+    encoder: Encoder | None  # None for a decoder-only assistant
+    # as an assistant: the languages it drafts for (a distilled one: those it was trained on;
+    # other rows are decoded by the main model alone); None: every language
+    draft_languages: tuple[str, ...] | None = None
+    # as an assistant: cross-attend only to the encoder frames up to the end of the audio plus
+    # this many, skipping the padding (half or more of a short clip's window); None: all frames
+    audio_frame_margin: int | None = None
+
+
+# Encoder frames (1 s) a distilled assistant attends past the end of the audio. The shipped
+# assistant's held-out acceptance (teacher-forced, 25 unlabeled files) is the same with margins of
+# 0 to 100 frames as with all 1500: 0.786 (0), 0.781 (25), 0.783 (50, 100), 0.783 (all). A full
+# Whisper model drafting for itself does lose acceptance without the padding (base on base: 1.0
+# -> 0.9 on one LibriSpeech clip), so other assistants attend to every frame.
+DISTILLED_FRAME_MARGIN = 50
+
+
+@dataclass
+class WhisperPair:
+    main: Whisper
+    assistant: Whisper | None
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def shares_encoder(self) -> bool:
+        return self.assistant is not None and self.assistant.encoder is None
+
+    @property
+    def int8_kernel(self) -> str | None:
+        """The int8 matmul the decoders use ('int8pack_mm', 'compiled', 'dequantize'), None if float."""
+        if not isinstance(self.main.decoder.proj_out, Int8Linear):
+            return None
+        return kernel_for(self.device.type, self.dtype)
+
+
+def decoder_precision(model: Whisper) -> str:
+    """'float32', 'bfloat16', ... or 'int8/bfloat16' (int8 linears, bfloat16 activations)."""
+    decoder = model.decoder
+    dtype = str(decoder.dtype).removeprefix("torch.")
+    return f"int8/{dtype}" if isinstance(decoder.blocks[0].mlp.fc1, Int8Linear) else dtype
+
+
+# ---------------------------------------------------------------------------- pairing rules
+
+
+def check_pair(main: Whisper, assistant: Whisper) -> None:
+    """Raise IncompatiblePair naming the first mismatch that would make drafting wrong or impossible."""
+    name = f"assistant {assistant.name} cannot draft for {main.name}"
+    if main.dims.n_vocab != assistant.dims.n_vocab:
+        raise IncompatiblePair(
+            f"{name}: vocabulary sizes differ ({main.dims.n_vocab} vs {assistant.dims.n_vocab} tokens)"
+        )
+    mine, theirs = main.special.fingerprint(), assistant.special.fingerprint()
+    for key in mine:
+        if mine[key] != theirs[key]:
+            raise IncompatiblePair(f"{name}: special token ids differ ({key}: {mine[key]} vs {theirs[key]})")
+    if assistant.encoder is None:
+        cross_in = assistant.decoder.blocks[0].cross_attn.kv.weight.shape[1]
+        if cross_in != main.dims.d_model:
+            raise IncompatiblePair(
+                f"{name}: a shared encoder needs the assistant's cross-attention to read d_model={main.dims.d_model}, "
+                f"it reads {cross_in}"
+            )
+        if assistant.dims.n_audio_ctx != main.dims.n_audio_ctx:
+            raise IncompatiblePair(
+                f"{name}: encoder lengths differ ({main.dims.n_audio_ctx} vs {assistant.dims.n_audio_ctx} frames)"
+            )
+
+
+ASSISTANT_CONFIG = "assistant.json"  # marks a distilled assistant directory (see distill/)
+ASSISTANT_FORMAT = "whisper-spec-assistant/1"
+
+
+def is_distilled_assistant(path: str | Path) -> bool:
+    return (Path(path) / ASSISTANT_CONFIG).is_file()
+
+
+def check_distilled(config: dict, path: Path, main: Whisper) -> None:
+    """A distilled assistant drafts only for the main model it was distilled from: same special
+    tokens, same dimensions (it reads that model's encoder output and shares its modules)."""
+    name = f"assistant {path} cannot draft for {main.name}"
+    if config.get("format") != ASSISTANT_FORMAT:
+        raise IncompatiblePair(f"{name}: unknown assistant format {config.get('format')!r}")
+    theirs = config["main_fingerprint"]
+    for key, value in main.special.fingerprint().items():
+        if json.loads(json.dumps(value)) != theirs.get(key):
+            raise IncompatiblePair(f"{name}: it was distilled for other special tokens ({key} differs)")
+    if config["main_dims"] != json.loads(json.dumps(main.dims.__dict__)):
+        raise IncompatiblePair(f"{name}: it was distilled for a model of other dimensions ({config['main_dims']})")
+
+
+# ---------------------------------------------------------------------------- what an assistant shares
+
+# A distilled assistant uses these main-model modules as they are: they are never trained, never
+# stored in its directory, and the main decoder's cross keys/values serve both decoders.
+SHARED_WITH_MAIN = ("token embedding and output projection rows",
+                    "cross-attention key/value projections of layers_from_main")
+
+
+def _is_shared(name: str) -> bool:
+    return name.startswith(("token_embedding.", "proj_out.")) or ".cross_attn.kv." in name
+
+
+def share_main_modules(decoder: Decoder, main: Decoder, sources: list[int], draft_vocab: torch.Tensor,
+                       int8: bool = False) -> None:
+    """Make decoder a distilled assistant of main: its blocks take the cross-attention key/value
+    projections of the main layers they started from (sources), its embedding is main's, and it
+    projects onto the draft vocabulary's rows of main's output projection (int8: quantized)."""
+    decoder.token_embedding = main.token_embedding
+    for block, source in zip(decoder.blocks, sources):
+        block.cross_attn.kv = main.blocks[source].cross_attn.kv
+    decoder.cross_source = list(sources)
+    decoder.proj_out = DraftVocabProjection(output_rows(main, draft_vocab, int8), draft_vocab, decoder.dims.n_vocab)
+
+
+def own_state(decoder: Decoder) -> dict[str, torch.Tensor]:
+    """A distilled assistant's own weights: what its directory stores and distillation trains."""
+    return {name: tensor for name, tensor in decoder.state_dict().items() if not _is_shared(name)}
+
+
+def output_weight(decoder: Decoder) -> torch.Tensor:
+    """The float weight of the decoder's full-vocabulary logits: its projection or the tied embedding."""
+    if isinstance(decoder.proj_out, Linear):
+        return decoder.proj_out.weight
+    return decoder.token_embedding.weight
+
+
+def output_rows(decoder: Decoder, token_ids: torch.Tensor, int8: bool = False) -> nn.Module:
+    """A projection onto some tokens only: those rows of the decoder's output projection (int8:
+    quantized, where the decoder's own projection is float)."""
+    if isinstance(decoder.proj_out, Int8Linear):
+        return decoder.proj_out.rows(token_ids)
+    if int8:
+        rows = Int8Linear(decoder.dims.d_model, len(token_ids), bias=False, device="meta")
+        weight, scales = quantize_per_channel(output_weight(decoder)[token_ids])
+        rows.weight, rows.scales = weight, scales.to(weight.device)
+        return rows
+    return Linear.of(output_weight(decoder)[token_ids])
+
+
+def decoder_subset(model: Whisper, layers: list[int], name: str | None = None) -> Whisper:
+    """A decoder-only assistant made of some of model's decoder layers, sharing their weights.
+
+    It has its own module objects (and so its own KV caches) but no weight copies.
+    """
+    if not layers or any(not 0 <= i < model.dims.n_text_layer for i in layers):
+        raise ValueError(f"layers must be a non-empty subset of 0..{model.dims.n_text_layer - 1}")
+    dims = replace(model.dims, n_text_layer=len(layers))
+    source = model.decoder.state_dict()
+    state = {k: v for k, v in source.items() if not k.startswith(("blocks.", "proj_out."))}
+    for new, old in enumerate(layers):
+        prefix = f"blocks.{old}."
+        state.update({f"blocks.{new}.{k[len(prefix):]}": v for k, v in source.items() if k.startswith(prefix)})
+    with torch.device("meta"):
+        decoder = Decoder(dims)
+    decoder.load_state_dict(state, assign=True)
+    for new, old in enumerate(layers):  # packed copies are not in the state dict: share them too
+        for module_name, mine in decoder.blocks[new].named_modules():
+            if isinstance(mine, Linear):
+                mine.packed = model.decoder.blocks[old].get_submodule(module_name).packed
+    decoder.proj_out = model.decoder.proj_out
+    decoder.cross_source = list(layers)
+    label = name or f"{model.name}[decoder layers {','.join(map(str, layers))}]"
+    return Whisper(label, model.path, dims, model.special, model.tokenizer, decoder, None)

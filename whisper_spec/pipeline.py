@@ -1,0 +1,164 @@
+"""Files -> overlapping windows -> batched speculative decoding -> stitched segments.
+
+Audio longer than one window is cut into windows that overlap by `overlap` seconds. Windows of
+all files go through the decoder in batches (across windows of one file and across files), and
+each file's windows are stitched back into one transcript: consecutive windows are aligned on
+the tokens they share in the overlap and cut in the middle of the agreeing stretch, so the words
+at a seam appear once. Segment times are on the file's own timeline.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from .audio import SAMPLE_RATE, AudioError, load_audio
+from .decoding import WindowResult, decode_windows
+from .encoding import detect_languages, pair_features
+from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
+from .pair import WhisperPair
+from .stats import DecodingStats
+from .stitch import Segment, stitch, window_segments
+
+
+@dataclass
+class Transcript:
+    path: str
+    text: str
+    language: str | None
+    duration: float  # seconds of audio
+    segments: list[Segment]
+    stats: DecodingStats = field(default_factory=DecodingStats)
+
+    def as_dict(self) -> dict:
+        return {
+            "path": self.path,
+            "text": self.text,
+            "language": self.language,
+            "duration": self.duration,
+            "segments": [{"start": s.start, "end": s.end, "text": s.text} for s in self.segments],
+            "stats": self.stats.as_dict(),
+        }
+
+
+@dataclass
+class Failure:
+    path: str
+    error: str  # one line naming the file and the problem
+
+
+@dataclass
+class _Window:
+    file: int
+    index: int
+    start: float  # seconds on the file's timeline
+    audio: np.ndarray  # a view into the file's samples
+
+    @property
+    def end(self) -> float:
+        return self.start + len(self.audio) / SAMPLE_RATE
+
+
+def plan_windows(n_samples: int, chunking: ChunkingOptions) -> list[tuple[int, int]]:
+    """(start, end) sample ranges of the windows covering n_samples; one window for short audio."""
+    chunk = int(chunking.chunk_length * SAMPLE_RATE)
+    step = chunk - int(chunking.overlap * SAMPLE_RATE)
+    starts = [0]
+    while starts[-1] + chunk < n_samples:
+        starts.append(starts[-1] + step)
+    return [(start, min(start + chunk, max(n_samples, 1))) for start in starts]
+
+
+def transcribe(
+    pair: WhisperPair,
+    paths: Iterable[str | Path],
+    options: DecodingOptions = DecodingOptions(),
+    *,
+    batch_size: int = BATCH_SIZE,
+    chunking: ChunkingOptions = ChunkingOptions(),
+    languages: dict[str, str] | None = None,
+    use_assistant: bool = True,
+    on_window=None,
+) -> Iterator[Transcript | Failure]:
+    """Transcribe files in order, batching windows across files; yields one result per file.
+
+    A file that cannot be read yields a Failure and the others go on. languages maps a path to
+    its language, overriding options.language; a file of several windows with no language gets
+    the language detected on its first window. A file of several windows is always decoded with
+    timestamps: without them Whisper tends to stop early in a long window, and the stitcher needs
+    segment times. on_window(seconds) is called as windows finish.
+    """
+    paths = [str(p) for p in paths]
+    languages = dict(languages or {})
+    pending: dict[bool, list[_Window]] = {False: [], True: []}  # by timestamp mode: a batch has one
+    results: dict[int, list[WindowResult | None]] = {}
+    files: dict[int, list[_Window]] = {}
+    done: dict[int, Transcript | Failure] = {}
+    next_to_yield = 0
+
+    def flush(timestamps: bool) -> None:
+        batch = pending[timestamps][:batch_size]
+        del pending[timestamps][:batch_size]
+        mel, assistant_mel = pair_features(pair, [w.audio for w in batch])
+        langs = [languages.get(paths[w.file], options.language) for w in batch]
+        out, _ = decode_windows(
+            pair, mel, replace(options, timestamps=timestamps), assistant_mel=assistant_mel, languages=langs,
+            use_assistant=use_assistant,
+        )
+        for window, result in zip(batch, out):
+            results[window.file][window.index] = result
+            if on_window is not None:
+                on_window(window.end - window.start)
+        for file in {w.file for w in batch}:
+            if all(r is not None for r in results[file]):
+                done[file] = _assemble(pair, paths[file], files.pop(file), results.pop(file), timestamps)
+
+    def ready() -> Iterator[Transcript | Failure]:
+        nonlocal next_to_yield
+        while next_to_yield in done:
+            yield done.pop(next_to_yield)
+            next_to_yield += 1
+
+    for file, path in enumerate(paths):
+        try:
+            audio = load_audio(path)
+            pair.main.special.check_language(languages.get(path, options.language))
+        except (AudioError, ValueError) as error:
+            done[file] = Failure(path, str(error) if isinstance(error, AudioError) else f"{path}: {error}")
+            yield from ready()
+            continue
+        windows = [_Window(file, i, a / SAMPLE_RATE, audio[a:b])
+                   for i, (a, b) in enumerate(plan_windows(len(audio), chunking))]
+        if len(windows) > 1 and pair.main.special.multilingual and languages.get(path, options.language) is None:
+            # one language for the whole file, as Whisper does: windows decoded apart could disagree
+            languages[path] = detect_languages(pair, pair_features(pair, [windows[0].audio])[0])[0]
+        files[file] = windows
+        results[file] = [None] * len(windows)
+        timestamps = options.timestamps or len(windows) > 1
+        pending[timestamps].extend(windows)
+        while len(pending[timestamps]) >= batch_size:
+            flush(timestamps)
+            yield from ready()
+    for timestamps in (False, True):
+        while pending[timestamps]:
+            flush(timestamps)
+    yield from ready()
+
+
+def _assemble(pair: WhisperPair, path: str, windows: list[_Window], results: list[WindowResult],
+              timestamps: bool) -> Transcript:
+    tokenizer = pair.main.tokenizer
+    pieces = [(w.start, w.end, window_segments(r.tokens, tokenizer, w.start, w.end, timestamps))
+              for w, r in zip(windows, results)]
+    segments = stitch(pieces, tokenizer) if len(pieces) > 1 else pieces[0][2]
+    full_text = tokenizer.decode([t for s in segments for t in s.tokens]).strip()
+    languages = Counter(r.language for r in results if r.language)
+    stats = DecodingStats()
+    for result in results:
+        stats.add(result.stats)
+    duration = windows[-1].end
+    return Transcript(path, full_text, languages.most_common(1)[0][0] if languages else None, duration, segments, stats)
