@@ -94,7 +94,7 @@ def test_unknown_language_and_help(capsys):
 
 
 def test_draft_defaults_are_the_decoding_options_defaults():
-    from whisper_spec.cli.main import build_parser
+    from whisper_spec.cli.parser import build_parser
 
     from whisper_spec.options import DecodingOptions
 
@@ -119,5 +119,5 @@ def test_version_and_help_start_without_torch(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"whisper-spec {__version__}"
-    check = "import sys; from whisper_spec.cli.main import build_parser; build_parser(); print('torch' in sys.modules)"
+    check = "import sys, whisper_spec.cli.main as cli; cli.build_parser(); print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout == "False\n"

@@ -42,7 +42,8 @@ def _names(part: str, n_layers: int) -> dict[str, str]:
 def _fused(part: str, n_layers: int) -> list[tuple[str, str, str]]:
     """(their attention prefix, letters, our fused linear) for every fused projection of a part."""
     kinds = ["self_attn"] + (["encoder_attn"] if part == "decoder" else [])
-    return [(f"layers.{i}.{theirs}", *FUSED[theirs]) for i in range(n_layers) for theirs in kinds]
+    return [(f"layers.{i}.{theirs}", FUSED[theirs][0], f"blocks.{i}.{FUSED[theirs][1]}")
+            for i in range(n_layers) for theirs in kinds]
 
 
 def to_ours(get: Callable[[str], torch.Tensor], part: str, n_layers: int) -> dict[str, torch.Tensor]:

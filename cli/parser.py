@@ -1,0 +1,216 @@
+"""The `whisper-spec` command line: commands, options and their help. Defaults come from the option
+dataclasses (whisper_spec.options), which import no torch, so --help and --version start fast."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from whisper_spec import __version__
+from whisper_spec.options import (
+    BATCH_SIZE,
+    DTYPES,
+    BenchOptions,
+    ChunkingOptions,
+    DecodingOptions,
+    DistillOptions,
+)
+from whisper_spec.sources import DEFAULT_MODEL
+
+PROG = "whisper-spec"
+
+
+def _add_draft_options(group) -> None:
+    group.add_argument("--draft-tokens", "-k", type=int, default=DecodingOptions.draft_tokens,
+                       help="most tokens the assistant drafts per round (default: %(default)s)")
+    group.add_argument("--draft-confidence", type=float, default=DecodingOptions.draft_confidence,
+                       help="a row stops drafting for the round after a draft the assistant gives less "
+                            "probability than this; 0 drafts all k (default: %(default)s)")
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model")
+    group.add_argument("--model", "-m", default=DEFAULT_MODEL,
+                       help="embedded model name (base, tiny.en), model directory (Hugging Face or CTranslate2) "
+                            "or hub id (default: %(default)s)")
+    group.add_argument("--assistant", "-a", default=None,
+                       help="assistant model (same forms as --model) or 'none' to decode with the main model alone "
+                            "(default: the model's distilled assistant where one exists)")
+    group.add_argument("--assistant-encoder", choices=("auto", "shared", "own"), default="auto",
+                       help="shared: the assistant reads the main encoder's output; own: it runs its own encoder; "
+                            "auto: shared for decoder-only checkpoints (default: %(default)s)")
+    group.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    group.add_argument("--dtype", choices=DTYPES, default=None,
+                       help="weight and activation dtype (default: float16 on cuda, float32 on cpu; "
+                            "bfloat16 on cpu with --int8)")
+    group.add_argument("--int8", action="store_true",
+                       help="int8 weight-only decoder linears for main model and assistant (the encoder stays float)")
+
+
+def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("decoding")
+    group.add_argument("--language", "-l", default=None, help="language code such as en, de, nl (default: detect)")
+    group.add_argument("--task", choices=("transcribe", "translate"), default=DecodingOptions.task)
+    group.add_argument("--temperature", type=float, default=DecodingOptions.temperature,
+                       help="0 for greedy (default: %(default)s)")
+    group.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    group.add_argument("--batch-size", "-b", type=int, default=BATCH_SIZE,
+                       help="30 s windows decoded together (default: %(default)s)")
+    _add_draft_options(group)
+    group.add_argument("--adaptive-draft", action="store_true",
+                       help="per row: draft 2 more after full acceptance, 1 fewer after a rejection")
+    group.add_argument("--timestamps", action=argparse.BooleanOptionalAction, default=None,
+                       help="predict segment timestamps (default: on for srt and vtt output)")
+    group.add_argument("--chunk-length", type=float, default=ChunkingOptions.chunk_length,
+                       help="seconds per window for audio longer than one window (default: %(default)s)")
+    group.add_argument("--overlap", type=float, default=ChunkingOptions.overlap,
+                       help="seconds shared by consecutive windows, where they are stitched (default: %(default)s)")
+
+
+def _add_output_options(parser: argparse.ArgumentParser, output_dir_required: bool) -> None:
+    out = parser.add_argument_group("output")
+    out.add_argument("--format", "-f", action="append", choices=("txt", "json", "srt", "vtt", "all"),
+                     help="output format, repeatable (default: txt)")
+    if output_dir_required:
+        out.add_argument("--output-dir", "-o", type=Path, required=True, help="where outputs go: DIR/<name>.<format>")
+    else:
+        out.add_argument("--output-dir", "-o", type=Path, default=None,
+                         help="write DIR/<name>.<format> per file instead of printing")
+    out.add_argument("--quiet", "-q", action="store_true", help="no progress bar or notes")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Whisper transcription with speculative decoding: exact output, less time."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    transcribe = sub.add_parser("transcribe", help="transcribe audio files",
+                                description="Transcribe audio files (wav, flac, ogg, mp3; any rate; stereo is downmixed).")
+    transcribe.add_argument("files", nargs="+", metavar="FILE")
+    _add_model_options(transcribe)
+    _add_decoding_options(transcribe)
+    _add_output_options(transcribe, output_dir_required=False)
+
+    batch = sub.add_parser(
+        "batch", help="transcribe a folder, glob or manifest into an output folder (resumable)",
+        description="Transcribe many files: INPUT is a folder (searched recursively), a glob pattern (quote it), "
+                    "or a JSON-lines manifest with 'path' and optional 'language' per line. Outputs are written "
+                    "atomically; a re-run skips files already done; failures go to DIR/failures.jsonl and the "
+                    "job goes on; DIR/summary.json has the totals.")
+    batch.add_argument("input", metavar="INPUT")
+    _add_model_options(batch)
+    _add_decoding_options(batch)
+    _add_output_options(batch, output_dir_required=True)
+
+    _add_distill_parser(sub)
+    _add_export_parser(sub)
+    _add_bench_parser(sub)
+    _add_quantize_parser(sub)
+    _add_models_parser(sub)
+    return parser
+
+
+def _add_distill_parser(sub) -> None:
+    distill = sub.add_parser(
+        "distill", help="train a small assistant decoder for a main model",
+        description="Distil an assistant decoder from the main model on unlabeled audio: it shares the main "
+                    "encoder, starts from a few main decoder layers and learns the main model's pseudo-labels "
+                    "(with and without timestamps) and token distributions. Encoder outputs and pseudo-labels "
+                    "are cached, so a second run with other options starts training at once.")
+    distill.add_argument("--main", "-m", default=DEFAULT_MODEL, help="main model (default: %(default)s)")
+    distill.add_argument("--audio", required=True, metavar="INPUT",
+                         help="training audio: folder, glob or JSON-lines manifest, as for batch")
+    distill.add_argument("--output", "-o", type=Path, required=True, help="assistant directory to write")
+    train = distill.add_argument_group("training")
+    train.add_argument("--layers", type=int, default=DistillOptions.layers,
+                       help="assistant decoder layers (default: %(default)s)")
+    train.add_argument("--init-layers", default=None,
+                       help="comma-separated main layers to start from (default: spread, first and last kept)")
+    train.add_argument("--draft-vocab", type=int, default=DistillOptions.draft_vocab,
+                       help="tokens the assistant can draft, timestamps included (default: %(default)s)")
+    train.add_argument("--steps", type=int, default=DistillOptions.steps, help="optimizer steps (default: %(default)s)")
+    train.add_argument("--batch-size", "-b", type=int, default=DistillOptions.batch_size,
+                       help="sequences per step (default: %(default)s)")
+    train.add_argument("--learning-rate", "--lr", type=float, default=DistillOptions.learning_rate,
+                       help="peak AdamW rate (default: %(default)s)")
+    train.add_argument("--warmup-steps", type=int, default=DistillOptions.warmup_steps)
+    train.add_argument("--join", type=int, default=DistillOptions.join, metavar="N",
+                       help="also train on recordings of N files joined end to end, whose 30 s windows are full and "
+                            "cut speech at their edges, as long-form transcription's are (default: none)")
+    train.add_argument("--augment", type=int, default=DistillOptions.augment, metavar="N",
+                       help="also train on N perturbed copies of every training recording: speed changed by up to "
+                            "10%%, white noise at 10-30 dB SNR (default: none)")
+    train.add_argument("--held-out", type=float, default=DistillOptions.held_out,
+                       help="fraction of files kept out for held-out acceptance (default: %(default)s)")
+    train.add_argument("--eval-every", type=int, default=DistillOptions.eval_every,
+                       help="steps between held-out evaluations")
+    train.add_argument("--seed", type=int, default=DistillOptions.seed)
+    train.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    train.add_argument("--cache-dir", type=Path, default=None,
+                       help="teacher cache (default: per main model under the whisper-spec cache)")
+    train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt")
+    train.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+
+
+def _add_export_parser(sub) -> None:
+    export = sub.add_parser(
+        "export", help="write an assistant as a standard WhisperForCausalLM directory",
+        description="Write a distilled assistant (with the weights it shares with its main model) as a Hugging "
+                    "Face WhisperForCausalLM directory, usable as transformers' assistant_model.")
+    export.add_argument("assistant", metavar="ASSISTANT", help="distilled assistant directory")
+    export.add_argument("--main", "-m", default=DEFAULT_MODEL, help="its main model (default: %(default)s)")
+    export.add_argument("--output", "-o", type=Path, required=True)
+    export.add_argument("--dtype", choices=DTYPES, default="float16")
+
+
+def _add_bench_parser(sub) -> None:
+    bench = sub.add_parser(
+        "bench", help="WER and time: main-only vs speculative (and peers), with an exactness check",
+        description="Benchmark main-only against speculative decoding on one set of utterances, at each batch size "
+                    "(optionally int8), next to transformers' generate and faster-whisper where installed. Writes "
+                    "DIR/report.json, DIR/report.md and PNG plots; exits 1 if any greedy speculative output differs "
+                    "from the main-only output.")
+    bench.add_argument("source", metavar="SOURCE",
+                       help="JSON-lines manifest (path, text, language), audio folder or glob, or a Hugging Face "
+                            "dataset id (with --config and --split)")
+    data = bench.add_argument_group("data")
+    data.add_argument("--config", default=None, help="dataset config, e.g. clean or nl")
+    data.add_argument("--split", default="test", help="dataset split (default: %(default)s)")
+    data.add_argument("--set", dest="sets", default=None, help="manifest sets to keep, comma-separated")
+    data.add_argument("--limit", type=int, default=None, help="first N utterances only")
+    data.add_argument("--language", "-l", default=None, help="language of every utterance (default: given or detected)")
+    _add_model_options(bench)
+    runs = bench.add_argument_group("configurations")
+    runs.add_argument("--batch-sizes", default=",".join(map(str, BenchOptions.batch_sizes)),
+                      help="comma-separated (default: %(default)s)")
+    _add_draft_options(runs)
+    runs.add_argument("--repeats", type=int, default=BenchOptions.repeats, help="timed repeats, median reported (default: %(default)s)")
+    runs.add_argument("--peers", default=",".join(BenchOptions.peers),
+                      help="comma-separated peers to run where installed, or none (default: %(default)s)")
+    runs.add_argument("--task", choices=("transcribe", "translate"), default=DecodingOptions.task)
+    bench.add_argument("--output-dir", "-o", type=Path, default=Path("bench-results"),
+                       help="where the report and plots go (default: %(default)s)")
+    bench.add_argument("--quiet", "-q", action="store_true")
+
+
+def _add_quantize_parser(sub) -> None:
+    quantize = sub.add_parser(
+        "quantize", help="write a pre-quantized int8 copy of a model or a distilled assistant",
+        description="Write MODEL (embedded name, model directory, hub id) or a distilled assistant directory with "
+                    "int8 weight-only decoder linears (per output channel, symmetric, float32 scales); the encoder "
+                    "and other float tensors are kept in --dtype. Loading the result never builds float decoder "
+                    "weights. Use it as --model or --assistant; --int8 is then implied for it.")
+    quantize.add_argument("model", metavar="MODEL")
+    quantize.add_argument("--output", "-o", type=Path, required=True)
+    quantize.add_argument("--dtype", choices=DTYPES, default="float16",
+                          help="dtype of the tensors that stay float (default: %(default)s)")
+
+
+def _add_models_parser(sub) -> None:
+    models = sub.add_parser("models", help="list the embedded models and prepare them",
+                            description="List the embedded models; --prepare converts them into the cache.")
+    models.add_argument("--prepare", nargs="*", metavar="NAME", default=None,
+                        help="convert these embedded models now (no names: all)")
+    models.add_argument("--json", action="store_true", help="print JSON")
