@@ -6,7 +6,9 @@ Each command imports what it needs when it runs, so --help and --version start f
 from __future__ import annotations
 
 import json
+import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from whisper_spec.cli.parser import PROG, build_parser
@@ -26,85 +28,128 @@ def _pick_device(device: str | None, dtype: str | None, int8: bool = False) -> t
     return device, dtype
 
 
-def load_from_args(args, note):
-    """The model pair the options name."""
-    from whisper_spec.load import load_pair
-    from whisper_spec.sources import default_assistant
+def _options(cls, **values):
+    """cls(**values), its errors naming the command-line flags rather than the fields."""
+    try:
+        return cls(**values)
+    except ValueError as error:
+        message = str(error)
+        for field in sorted(values, key=len, reverse=True):
+            message = re.sub(rf"(?<![-\w]){field}\b", "--" + field.replace("_", "-"), message)
+        raise ValueError(message) from None
 
-    assistant = args.assistant
-    if assistant is None:
-        assistant = default_assistant(args.model)
-        if assistant is None:
-            note(f"no distilled assistant for {args.model} yet: decoding with the main model alone "
-                 "(use --assistant MODEL for speculative decoding)")
-    elif assistant.lower() == "none":
+
+def load_from_args(args, note):
+    """The model pair the options name; the model's shipped assistant unless --assistant says otherwise."""
+    from whisper_spec.load import DEFAULT_ASSISTANT, load_pair
+
+    assistant = DEFAULT_ASSISTANT if args.assistant is None else args.assistant
+    if str(assistant).lower() == "none":
         assistant = None
     device, dtype = _pick_device(args.device, args.dtype, args.int8)
     pair = load_pair(args.model, assistant, assistant_encoder=args.assistant_encoder, dtype=dtype, device=device,
                      int8=args.int8)
+    if assistant == DEFAULT_ASSISTANT and pair.assistant is None:
+        note(f"no distilled assistant for {args.model} yet: decoding with the main model alone "
+             "(use --assistant MODEL for speculative decoding)")
     if pair.int8_kernel is not None:
         note(f"int8 decoder linears, kernel: {pair.int8_kernel}")
     return pair
 
 
-def _setup(args):
-    """Formats, decoding and chunking options, the model pair and a note printer, from the arguments."""
+def _formats(args) -> list[str]:
     from whisper_spec.writers import FORMATS
 
     formats = args.format or ["txt"]
-    formats = list(FORMATS) if "all" in formats else list(dict.fromkeys(formats))
+    return list(FORMATS) if "all" in formats else list(dict.fromkeys(formats))
+
+
+def _setup(args, formats: list[str]):
+    """Decoding and chunking options, checked, then the model pair and a note printer."""
     timestamps = args.timestamps if args.timestamps is not None else any(f in ("srt", "vtt") for f in formats)
     note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
-    if args.batch_size < 1:
-        raise ValueError("--batch-size must be at least 1")
-    options = DecodingOptions(
-        task=args.task, language=args.language, temperature=args.temperature, timestamps=timestamps,
+    options = _options(
+        DecodingOptions, task=args.task, language=args.language, temperature=args.temperature, timestamps=timestamps,
         draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, adaptive_draft=args.adaptive_draft,
         seed=args.seed,
     )
-    chunking = ChunkingOptions(chunk_length=args.chunk_length, overlap=args.overlap)
+    chunking = _options(ChunkingOptions, chunk_length=args.chunk_length, overlap=args.overlap)
     pair = load_from_args(args, note)
-    pair.main.special.check_language(args.language)
-    return formats, options, chunking, pair, note
+    try:
+        options = replace(options, language=pair.main.special.language_code(args.language))
+    except ValueError as error:
+        raise ValueError(f"--language: {error}") from None
+    return options, chunking, pair, note
 
 
 def cmd_transcribe(args) -> int:
-    from whisper_spec.jobs import audio_progress
+    from whisper_spec.jobs import AudioProgress, jobs_of_files
     from whisper_spec.pipeline import Failure, transcribe
-    from whisper_spec.writers import render, write_outputs
+    from whisper_spec.writers import check_output_dir, render, write_outputs
 
-    formats, options, chunking, pair, note = _setup(args)
+    formats = _formats(args)
+    if args.output_dir is not None:
+        check_output_dir(args.output_dir)
+    jobs = jobs_of_files(args.files)
+    options, chunking, pair, note = _setup(args, formats)
     failures = 0
-    bar = audio_progress([Path(f) for f in args.files], enabled=not args.quiet)
-    results = transcribe(pair, args.files, options, batch_size=args.batch_size, chunking=chunking,
-                         on_window=lambda seconds: bar.update(round(seconds)))
-    for result in results:
-        if isinstance(result, Failure):
-            failures += 1
-            bar.write(f"{PROG}: error: {result.error}", file=sys.stderr)
-            continue
-        if args.output_dir is not None:
-            for path in write_outputs(result, args.output_dir, formats):
-                note(f"wrote {path}")
-            continue
-        for fmt in formats:
-            text = render(result, fmt)
-            if fmt == "txt" and len(args.files) > 1:
-                text = f"{result.path}: {text}"
-            sys.stdout.write(text)
-        sys.stdout.flush()
-    bar.close()
+    progress = AudioProgress([job.path for job in jobs], enabled=not args.quiet, prog=PROG)
+    names = {str(job.path): job.name for job in jobs}
+    several = len(jobs) > 1 or len(formats) > 1
+    results = transcribe(pair, [job.path for job in jobs], options, batch_size=args.batch_size, chunking=chunking,
+                         on_window=progress.advance)
+    try:
+        for result in results:
+            if isinstance(result, Failure):
+                failures += 1
+                progress.file_done(result.path, failed=True)
+                progress.write(f"{PROG}: error: {result.error}")
+                continue
+            progress.file_done(result.path)
+            if args.output_dir is not None:
+                try:
+                    for path in write_outputs(result, args.output_dir, formats, name=names[result.path]):
+                        if not args.quiet:
+                            progress.write(f"{PROG}: wrote {path}")
+                except OSError as error:
+                    failures += 1
+                    progress.write(f"{PROG}: error: {result.path}: cannot write its output ({error})")
+                continue
+            for fmt in formats:
+                text = render(result, fmt)
+                if several and fmt == "txt" and len(formats) == 1:
+                    text = f"{result.path}: {text}"
+                elif several:  # which file and format each block is, as head(1) marks files
+                    text = f"==> {result.path} ({fmt}) <==\n{text}"
+                progress.write(text.rstrip("\n"), file=sys.stdout)
+    finally:
+        progress.close()
     return 1 if failures else 0
 
 
 def cmd_batch(args) -> int:
-    from whisper_spec.batch import run_batch
+    from whisper_spec.batch import SUMMARY_FILE, outputs_exist, run_batch
     from whisper_spec.jobs import collect_jobs
+    from whisper_spec.writers import check_output_dir
 
+    formats = _formats(args)
+    check_output_dir(args.output_dir)
     jobs = collect_jobs(args.input)
-    formats, options, chunking, pair, note = _setup(args)
-    summary = run_batch(pair, jobs, args.output_dir, formats, options, batch_size=args.batch_size,
-                        chunking=chunking, progress=not args.quiet)
+    if all(outputs_exist(job, args.output_dir, formats) for job in jobs):
+        print(f"nothing to do: the outputs of all {len(jobs)} files are in {args.output_dir} "
+              f"({SUMMARY_FILE} is the run that wrote them)", file=sys.stderr)
+        return 0
+    options, chunking, pair, note = _setup(args, formats)
+    try:
+        summary = run_batch(pair, jobs, args.output_dir, formats, options, batch_size=args.batch_size,
+                            chunking=chunking, progress=not args.quiet)
+    except KeyboardInterrupt:
+        try:
+            done = json.loads((args.output_dir / SUMMARY_FILE).read_text())["done"]
+        except (OSError, ValueError, KeyError):
+            done = 0
+        _error(f"interrupted after {done} files; run the same command again to resume (their outputs are kept)")
+        return 130
     rtf = summary["real_time_factor"]
     acceptance = summary["acceptance"]
     print(f"{summary['done']} done, {summary['failed']} failed, {summary['skipped']} skipped; "
@@ -127,14 +172,14 @@ def cmd_distill(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     init_layers = tuple(int(i) for i in args.init_layers.split(",")) if args.init_layers else None
-    options = DistillOptions(
-        layers=len(init_layers) if init_layers else args.layers, init_layers=init_layers,
+    options = _options(
+        DistillOptions, layers=len(init_layers) if init_layers else args.layers, init_layers=init_layers,
         draft_vocab=args.draft_vocab, steps=args.steps, batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, held_out=args.held_out,
         eval_every=args.eval_every, seed=args.seed, join=args.join, augment=args.augment,
     )
     device, _ = _pick_device(args.device, "float32")
-    main_pair = load_pair(args.main, dtype="float32", device=device)
+    main_pair = load_pair(args.main, None, dtype="float32", device=device)
     command = shlex.join([PROG, *sys.argv[1:]])
     summary = distill(main_pair, args.audio, args.output, options, cache=args.cache_dir,
                       resume=args.resume, command=command)
@@ -167,7 +212,7 @@ def cmd_bench(args) -> int:
     note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
     batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     peers = () if args.peers == "none" else tuple(p for p in args.peers.split(",") if p)
-    options = BenchOptions(batch_sizes=batch_sizes, int8=args.int8, peers=peers, repeats=args.repeats,
+    options = _options(BenchOptions, batch_sizes=batch_sizes, int8=args.int8, peers=peers, repeats=args.repeats,
                            draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, task=args.task)
     sets = args.sets.split(",") if args.sets else None
     utterances = load_utterances(args.source, config=args.config, split=args.split, sets=sets, limit=args.limit,

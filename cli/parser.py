@@ -4,6 +4,7 @@ dataclasses (whisper_spec.options), which import no torch, so --help and --versi
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from whisper_spec import __version__
@@ -18,6 +19,24 @@ from whisper_spec.options import (
 from whisper_spec.sources import DEFAULT_MODEL
 
 PROG = "whisper-spec"
+
+
+def device(value: str) -> str:
+    """An argparse type: cpu, cuda or cuda:N; anything else is a usage error (exit 2)."""
+    if value in ("cpu", "cuda") or re.fullmatch(r"cuda:\d+", value):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r} is not a device this tool runs on (cpu, cuda, cuda:N)")
+
+
+def positive_int(value: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 1")
+    return number
 
 
 def _add_draft_options(group) -> None:
@@ -39,7 +58,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--assistant-encoder", choices=("auto", "shared", "own"), default="auto",
                        help="shared: the assistant reads the main encoder's output; own: it runs its own encoder; "
                             "auto: shared for decoder-only checkpoints (default: %(default)s)")
-    group.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    group.add_argument("--device", type=device, default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     group.add_argument("--dtype", choices=DTYPES, default=None,
                        help="weight and activation dtype (default: float16 on cuda, float32 on cpu; "
                             "bfloat16 on cpu with --int8)")
@@ -54,7 +73,7 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--temperature", type=float, default=DecodingOptions.temperature,
                        help="0 for greedy (default: %(default)s)")
     group.add_argument("--seed", type=int, default=None, help="random seed for sampling")
-    group.add_argument("--batch-size", "-b", type=int, default=BATCH_SIZE,
+    group.add_argument("--batch-size", "-b", type=positive_int, default=BATCH_SIZE,
                        help="30 s windows decoded together (default: %(default)s)")
     _add_draft_options(group)
     group.add_argument("--adaptive-draft", action="store_true",
@@ -131,7 +150,7 @@ def _add_distill_parser(sub) -> None:
     train.add_argument("--draft-vocab", type=int, default=DistillOptions.draft_vocab,
                        help="tokens the assistant can draft, timestamps included (default: %(default)s)")
     train.add_argument("--steps", type=int, default=DistillOptions.steps, help="optimizer steps (default: %(default)s)")
-    train.add_argument("--batch-size", "-b", type=int, default=DistillOptions.batch_size,
+    train.add_argument("--batch-size", "-b", type=positive_int, default=DistillOptions.batch_size,
                        help="sequences per step (default: %(default)s)")
     train.add_argument("--learning-rate", "--lr", type=float, default=DistillOptions.learning_rate,
                        help="peak AdamW rate (default: %(default)s)")
@@ -147,7 +166,8 @@ def _add_distill_parser(sub) -> None:
     train.add_argument("--eval-every", type=int, default=DistillOptions.eval_every,
                        help="steps between held-out evaluations")
     train.add_argument("--seed", type=int, default=DistillOptions.seed)
-    train.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    train.add_argument("--device", type=device, default=None,
+                       help="cpu, cuda or cuda:N (default: cuda when available)")
     train.add_argument("--cache-dir", type=Path, default=None,
                        help="teacher cache (default: per main model under the whisper-spec cache)")
     train.add_argument("--resume", action="store_true", help="continue from OUTPUT/checkpoint.pt")

@@ -36,7 +36,7 @@ def mel_of(paths, n_mels: int = 80) -> torch.Tensor:
 @pytest.fixture(scope="session")
 def base_pair() -> WhisperPair:
     """Real whisper base (converted from the embedded PyPI package), float32 on CPU."""
-    return load_pair("base")
+    return load_pair("base", None)
 
 
 # A small vocabulary laid out like Whisper's: text tokens, then the special tokens, then timestamps.

@@ -49,10 +49,11 @@ def utterances():
     return load_utterances(MANIFEST, sets=["librispeech"], limit=2) + load_utterances(MANIFEST, sets=["thorsten_de"], limit=1)
 
 
-def test_report_has_every_documented_field_and_passes_the_check(pair, utterances, tmp_path):
+def test_report_has_every_documented_field_and_passes_the_check(pair, utterances, tmp_path, capfd):
     report = run_bench(pair, utterances, BenchOptions(batch_sizes=(1, 2), repeats=1, peers=("transformers", "faster-whisper")),
                        progress=False)
     assert report["check"] == {"passed": True, "failures": []}
+    assert "[transformers]" not in capfd.readouterr().err  # its per-call generate warnings say nothing here
     names = [c["name"] for c in report["configs"]]
     assert names == ["main b1", "speculative b1", "main b2", "speculative b2", "transformers b1", "transformers b2",
                      "transformers assisted b1", "faster-whisper b1"]

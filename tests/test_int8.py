@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 import torch
 from conftest import manifest, mel_of, speech
-from whisper_spec.cli.main import main as cli
 
+from whisper_spec.cli.main import main as cli
 from whisper_spec.decoding import decode_windows
 from whisper_spec.load import load_model, load_pair
 from whisper_spec.options import DecodingOptions
@@ -122,7 +122,7 @@ def test_int8_pair_is_exact_and_uses_the_fused_kernel(int8_pair):
 def test_positions_scored_together_get_the_logits_of_one_token_steps(int8_pair, base_pair, precision):
     """What makes verification exact by construction: scoring several positions in one call gives
     each the logits a one-token step gives it, bit for bit."""
-    pair = {"int8": int8_pair, "float32": base_pair}.get(precision) or load_pair("base", dtype=precision)
+    pair = {"int8": int8_pair, "float32": base_pair}.get(precision) or load_pair("base", None, dtype=precision)
     decoder = pair.main.decoder
     decoder.set_cross(pair.main.encoder(mel_of(CLIPS[:2])))
     prompt = pair.main.special.prompt("en", "transcribe", False)

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .jobs import Job, audio_progress
-from .options import ChunkingOptions, DecodingOptions
+from .jobs import AudioProgress, Job
+from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
 from .pipeline import Failure, transcribe
 from .stats import DecodingStats
@@ -34,7 +34,7 @@ def run_batch(
     formats: list[str],
     options: DecodingOptions = DecodingOptions(),
     *,
-    batch_size: int = 4,
+    batch_size: int = BATCH_SIZE,
     chunking: ChunkingOptions = ChunkingOptions(),
     use_assistant: bool = True,
     progress: bool = True,
@@ -54,23 +54,31 @@ def run_batch(
     stats = DecodingStats()
     done = failed = 0
     audio = 0.0
-    bar = audio_progress([job.path for job in todo], progress)
+    bar = AudioProgress([job.path for job in todo], enabled=progress)
+
+    def record_failure(job: Job, error: str) -> None:
+        with failures_path.open("a") as f:
+            f.write(json.dumps({"path": str(job.path), "error": error}) + "\n")
+        bar.write(f"error: {error}")
+
     try:
         results = transcribe(pair, [job.path for job in todo], options, batch_size=batch_size, chunking=chunking,
-                             languages=languages, use_assistant=use_assistant, on_window=lambda s: bar.update(round(s)))
+                             languages=languages, use_assistant=use_assistant, on_window=bar.advance)
         for result in results:
-            job = by_path[result.path]
+            job, written = by_path[result.path], None
             if isinstance(result, Failure):
-                failed += 1
-                with failures_path.open("a") as f:
-                    f.write(json.dumps({"path": str(job.path), "error": result.error}) + "\n")
-                written = None
+                record_failure(job, result.error)
             else:
-                done += 1
-                audio += result.duration
-                stats.add(result.stats)
-                written = write_outputs(result, output_dir, formats, name=job.name)[0]
-            bar.set_postfix(files=f"{done + failed}/{len(todo)}", failed=failed)
+                try:
+                    written = write_outputs(result, output_dir, formats, name=job.name)[0]
+                except OSError as error:  # a full disk, a name the file system refuses: the job goes on
+                    record_failure(job, f"{job.path}: cannot write its output ({error})")
+                else:
+                    done += 1
+                    audio += result.duration
+                    stats.add(result.stats)
+            failed += written is None
+            bar.file_done(result.path, failed=written is None)
             if on_file is not None:
                 on_file(job, written)
     finally:
@@ -79,9 +87,9 @@ def run_batch(
         summary = {
             "files": len(jobs), "done": done, "failed": failed, "skipped": skipped,
             "interrupted": done + failed < len(todo),
-            "audio_hours": audio / 3600, "wall_seconds": wall,
-            "real_time_factor": wall / audio if audio else None,
-            "acceptance": stats.acceptance, "stats": stats.as_dict(),
+            "audio_hours": round(audio / 3600, 6), "wall_seconds": round(wall, 3),
+            "real_time_factor": round(wall / audio, 4) if audio else None,
+            "acceptance": stats.as_dict()["acceptance"], "stats": stats.as_dict(),
             "failures_file": str(failures_path),
         }
         write_atomic(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")

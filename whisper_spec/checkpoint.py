@@ -4,11 +4,13 @@ reading named tensors from a checkpoint directory without loading the rest."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Callable
 
 import torch
 from safetensors import safe_open
+from safetensors.torch import save_file
 
 from .model import ModelDims
 
@@ -119,3 +121,12 @@ class Checkpoint:
 
     def is_decoder_only(self, config: dict) -> bool:
         return "WhisperForCausalLM" in (config.get("architectures") or []) or not self.has("encoder.conv1.weight")
+
+
+def save_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | None = None) -> None:
+    """save_file, with the permissions of any other file written here: safetensors creates its
+    files readable by their owner only (0600), so a model written for others to use would not be."""
+    save_file(tensors, str(path), metadata=metadata)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer
+
+from .checkpoint import save_safetensors
 
 # CTranslate2's DataType enum
 _CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16, 5: None}  # 5: bfloat16
@@ -258,7 +259,7 @@ def convert_ct2_to_hf(ct2_dir: Path, output_dir: Path, model_bin: bytes | None =
 
     tmp = output_dir.with_name(output_dir.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
-    save_file(state_dict, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    save_safetensors(state_dict, tmp / "model.safetensors", metadata={"format": "pt"})
     tokenizer.save(str(tmp / "tokenizer.json"))
     for name, content in configs.items():
         (tmp / name).write_text(json.dumps(content, indent=2) + "\n")

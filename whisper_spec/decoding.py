@@ -112,8 +112,7 @@ def decode_encoded(
     languages = list(languages) if languages is not None else [options.language] * batch
     if len(languages) != batch:
         raise ValueError(f"{len(languages)} languages for {batch} windows")
-    for language in languages:
-        main.special.check_language(language)
+    languages = [main.special.language_code(language) for language in languages]
     max_length = min(options.max_length or main.dims.n_text_ctx, main.dims.n_text_ctx)
     # one cache length for main-only and speculative decoding: attention spans the whole cache, so
     # equal lengths keep a position's logits independent of the mode (see Decoder.features)

@@ -11,9 +11,9 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from .checkpoint import to_theirs
+from .checkpoint import save_safetensors, to_theirs
 from .load import load_model
 from .model import Decoder
 from .pair import ASSISTANT_CONFIG, Whisper, decoder_precision, is_distilled_assistant, output_weight
@@ -45,7 +45,7 @@ def save_model(model: Whisper, output_dir: str | Path, *, decoder_only: bool = F
         # safetensors refuses shared storage: the tied projection is written as its own copy
         tensors[name] = tensor.clone().contiguous() if tensor.data_ptr() in seen else tensor.contiguous()
         seen.add(tensor.data_ptr())
-    save_file(tensors, str(output_dir / "model.safetensors"), metadata={"format": "pt"})
+    save_safetensors(tensors, output_dir / "model.safetensors", metadata={"format": "pt"})
 
     config = json.loads((model.path / "config.json").read_text())
     dims = model.dims
@@ -97,7 +97,7 @@ def save_int8(spec: str | Path, output_dir: str | Path, *, dtype: torch.dtype = 
         state = load_file(Path(spec) / "model.safetensors")
         draft_vocab = state.pop("draft_vocab")
         tensors = _int8_tensors(quantize_decoder_state(state), dtype)
-        save_file({**tensors, "draft_vocab": draft_vocab}, str(output_dir / "model.safetensors"))
+        save_safetensors({**tensors, "draft_vocab": draft_vocab}, output_dir / "model.safetensors")
         config = json.loads((Path(spec) / ASSISTANT_CONFIG).read_text())
         (output_dir / ASSISTANT_CONFIG).write_text(json.dumps({**config, "int8": info}, indent=2) + "\n")
         return output_dir
@@ -105,7 +105,7 @@ def save_int8(spec: str | Path, output_dir: str | Path, *, dtype: torch.dtype = 
     tensors = {f"decoder.{k}": v for k, v in _int8_decoder_state(model.decoder).items()}
     if model.encoder is not None:
         tensors.update({f"encoder.{k}": v for k, v in model.encoder.state_dict().items()})
-    save_file(_int8_tensors(tensors, dtype), str(output_dir / "model.safetensors"), metadata={"format": "pt"})
+    save_safetensors(_int8_tensors(tensors, dtype), output_dir / "model.safetensors", metadata={"format": "pt"})
     shutil.copyfile(model.path / "config.json", output_dir / "config.json")
     _copy_model_files(model.path, output_dir)
     (output_dir / QUANTIZATION_CONFIG).write_text(json.dumps(info, indent=2) + "\n")

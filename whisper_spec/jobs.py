@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import glob
 import json
-from dataclasses import dataclass
+import os
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import soundfile
@@ -20,7 +22,41 @@ class Job:
 
 def collect_jobs(source: str) -> list[Job]:
     """A folder (searched recursively), a glob pattern, or a JSON-lines manifest with `path`
-    (relative to the manifest) and optional `language` per line."""
+    (relative to the manifest) and optional `language` per line; output names made unique."""
+    jobs = unique_names(_find_jobs(source))
+    if not jobs:
+        raise ValueError(f"{source}: no audio files ({', '.join(sorted(AUDIO_SUFFIXES))})")
+    return jobs
+
+
+def jobs_of_files(paths: list[str | Path]) -> list[Job]:
+    """Jobs for files given one by one, named by their stems (made unique)."""
+    return unique_names([Job(Path(p), Path(p).stem) for p in paths])
+
+
+def unique_names(jobs: list[Job]) -> list[Job]:
+    """Jobs whose outputs would overwrite each other's get longer names: files of one name in other
+    folders take their path below the folders' common one (a/x, b/x), files that differ only in
+    their audio format keep it (short.mp3, short.ogg). A file listed twice is done once."""
+    seen: set[Path] = set()
+    jobs = [job for job in jobs if not (job.path.resolve() in seen or seen.add(job.path.resolve()))]
+    for rename in (_relative_to_common_folder, lambda job, root: f"{job.name}{job.path.suffix}"):
+        groups: dict[str, list[int]] = {}
+        for i, job in enumerate(jobs):
+            groups.setdefault(job.name, []).append(i)
+        for indices in (g for g in groups.values() if len(g) > 1):
+            root = Path(os.path.commonpath([jobs[i].path.resolve().parent for i in indices]))
+            for i in indices:
+                jobs[i] = replace(jobs[i], name=rename(jobs[i], root))
+    return jobs
+
+
+def _relative_to_common_folder(job: Job, root: Path) -> str:
+    path = job.path.resolve()
+    return str(path.relative_to(root).with_suffix("")) if path.parent != root else job.name
+
+
+def _find_jobs(source: str) -> list[Job]:
     path = Path(source)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file())
@@ -67,9 +103,34 @@ def audio_seconds(path: Path) -> float:
         return 0.0
 
 
-def audio_progress(paths: list[Path], enabled: bool):
-    """A progress bar over the audio seconds of paths (totals from the file headers)."""
-    from tqdm.auto import tqdm
+class AudioProgress:
+    """Progress over the audio seconds of some files: a bar where stderr is a terminal, a line per
+    finished file where it is not (a log). Totals come from the file headers; a file that fails
+    leaves the total, so the bar ends at 100%. Lines written through it never land on the bar."""
 
-    total = round(sum(audio_seconds(Path(p)) for p in paths)) if enabled else 0
-    return tqdm(total=total, unit="s", unit_scale=True, desc="audio", disable=not enabled or None)
+    def __init__(self, paths: list[Path], enabled: bool, prog: str = "whisper-spec"):
+        from tqdm.auto import tqdm
+
+        self.prog, self.enabled = prog, enabled
+        self.seconds = {str(p): audio_seconds(Path(p)) for p in paths} if enabled else {}
+        self.files, self.finished = len(paths), 0
+        self.bar = tqdm(total=round(sum(self.seconds.values()), 1), unit="s", unit_scale=True, desc="audio",
+                        disable=not (enabled and sys.stderr.isatty()))
+
+    def advance(self, seconds: float) -> None:
+        self.bar.update(round(seconds, 3))
+
+    def file_done(self, path: str, failed: bool = False) -> None:
+        self.finished += 1
+        if failed and self.seconds.get(path):
+            self.bar.total = round(self.bar.total - self.seconds[path], 1)
+            self.bar.refresh()
+        if self.enabled and self.bar.disable and not failed:
+            print(f"{self.prog}: [{self.finished}/{self.files}] {path}: done", file=sys.stderr, flush=True)
+
+    def write(self, line: str, file=None) -> None:
+        """A line (a note, an error, a transcript) above the bar rather than on it."""
+        self.bar.write(line, file=file or sys.stderr)
+
+    def close(self) -> None:
+        self.bar.close()

@@ -31,7 +31,7 @@ from .pair import (
     share_main_modules,
 )
 from .quantize import QUANTIZATION_CONFIG, Int8Embedding, aligned, int8_modules, kernel_for, quantize_decoder_state
-from .sources import resolve_model
+from .sources import default_assistant, resolve_model
 from .tokenizer import SpecialTokens, Tokenizer
 
 
@@ -174,9 +174,12 @@ def load_distilled(path: Path, main: Whisper, dtype, device, int8: bool = False)
                    tuple(languages) if languages else None, DISTILLED_FRAME_MARGIN)
 
 
+DEFAULT_ASSISTANT = "default"  # load_pair's assistant: the main model's shipped distilled one, where it has one
+
+
 def load_pair(
     main: str | Path,
-    assistant: str | Path | None = None,
+    assistant: str | Path | None = DEFAULT_ASSISTANT,
     *,
     assistant_encoder: str = "auto",
     dtype: str | torch.dtype = "float32",
@@ -186,6 +189,9 @@ def load_pair(
 ) -> WhisperPair:
     """Load a main model and an optional assistant.
 
+    assistant: a model or assistant directory (any form `main` takes), DEFAULT_ASSISTANT (the
+    main model's shipped distilled assistant, as the command line uses; none for a model without
+    one), or None (the main model alone).
     assistant_encoder: "shared" (cross-attend to the main encoder; the assistant's encoder is never
     read), "own" (run the assistant's encoder on its own features), or "auto" (shared for
     decoder-only checkpoints, own otherwise). int8: the main decoder's linears in int8 (see
@@ -193,6 +199,8 @@ def load_pair(
     """
     if assistant_encoder not in ("auto", "shared", "own"):
         raise ValueError(f"assistant_encoder must be auto, shared or own, not {assistant_encoder!r}")
+    if isinstance(assistant, str) and assistant == DEFAULT_ASSISTANT:
+        assistant = default_assistant(str(main))
     dtype = as_dtype(dtype)
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():

@@ -30,11 +30,15 @@ class DecodingOptions:
         if self.task not in ("transcribe", "translate"):
             raise ValueError(f"task must be transcribe or translate, not {self.task!r}")
         if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        if self.draft_tokens < 0 or self.max_draft_tokens < max(1, self.draft_tokens if self.adaptive_draft else 1):
-            raise ValueError("draft_tokens must be >= 0 and max_draft_tokens >= draft_tokens")
+            raise ValueError(f"temperature must be >= 0, not {self.temperature}")
+        if self.draft_tokens < 0:
+            raise ValueError(f"draft_tokens must be >= 0, not {self.draft_tokens}")
+        if self.max_draft_tokens < 1:
+            raise ValueError("max_draft_tokens must be >= 1")
+        if self.adaptive_draft and self.draft_tokens > self.max_draft_tokens:
+            raise ValueError(f"draft_tokens must be at most {self.max_draft_tokens} with adaptive_draft")
         if not 0 <= self.draft_confidence < 1:
-            raise ValueError("draft_confidence must be in [0, 1)")
+            raise ValueError(f"draft_confidence must be in [0, 1), not {self.draft_confidence}")
 
 
 @dataclass(frozen=True)
@@ -45,9 +49,10 @@ class ChunkingOptions:
 
     def __post_init__(self):
         if not 0 < self.chunk_length <= CHUNK_SECONDS:
-            raise ValueError(f"chunk_length must be in (0, {CHUNK_SECONDS}] seconds")
+            raise ValueError(f"chunk_length must be in (0, {CHUNK_SECONDS}] seconds, not {self.chunk_length}")
         if not 0 <= self.overlap <= self.chunk_length / 2:
-            raise ValueError("overlap must be between 0 and half the chunk length")
+            raise ValueError(f"overlap must be between 0 and half of chunk_length ({self.chunk_length / 2:g} s), "
+                             f"not {self.overlap}")
 
 
 @dataclass(frozen=True)

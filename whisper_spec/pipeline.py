@@ -24,6 +24,11 @@ from .pair import WhisperPair
 from .stats import DecodingStats
 from .stitch import Segment, stitch, window_segments
 
+# A window whose every sample lies below -80 dBFS is digital silence (padding, a muted input):
+# it is not decoded and yields no text, where Whisper would make words up ("you"). Quiet rooms
+# and real pauses lie far above this (Whisper's own no-speech rule, for them, is not applied here).
+SILENCE_PEAK = 1e-4
+
 
 @dataclass
 class Transcript:
@@ -35,12 +40,13 @@ class Transcript:
     stats: DecodingStats = field(default_factory=DecodingStats)
 
     def as_dict(self) -> dict:
+        """Times in seconds to the millisecond (a timestamp token is 20 ms)."""
         return {
             "path": self.path,
             "text": self.text,
             "language": self.language,
-            "duration": self.duration,
-            "segments": [{"start": s.start, "end": s.end, "text": s.text} for s in self.segments],
+            "duration": round(self.duration, 3),
+            "segments": [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text} for s in self.segments],
             "stats": self.stats.as_dict(),
         }
 
@@ -57,6 +63,7 @@ class _Window:
     index: int
     start: float  # seconds on the file's timeline
     audio: np.ndarray  # a view into the file's samples
+    new_seconds: float  # of audio no earlier window covers
 
     @property
     def end(self) -> float:
@@ -90,7 +97,8 @@ def transcribe(
     its language, overriding options.language; a file of several windows with no language gets
     the language detected on its first window. A file of several windows is always decoded with
     timestamps: without them Whisper tends to stop early in a long window, and the stitcher needs
-    segment times. on_window(seconds) is called as windows finish.
+    segment times. on_window(seconds) is called as windows finish, with the seconds of the file's
+    audio each one adds (overlaps counted once), so they add up to the file's duration.
     """
     paths = [str(p) for p in paths]
     languages = dict(languages or {})
@@ -110,12 +118,15 @@ def transcribe(
             use_assistant=use_assistant,
         )
         for window, result in zip(batch, out):
-            results[window.file][window.index] = result
-            if on_window is not None:
-                on_window(window.end - window.start)
-        for file in {w.file for w in batch}:
-            if all(r is not None for r in results[file]):
-                done[file] = _assemble(pair, paths[file], files.pop(file), results.pop(file), timestamps)
+            finish(window, result, timestamps)
+
+    def finish(window: _Window, result: WindowResult, timestamps: bool) -> None:
+        results[window.file][window.index] = result
+        if on_window is not None:
+            on_window(window.new_seconds)
+        if all(r is not None for r in results[window.file]):
+            done[window.file] = _assemble(pair, paths[window.file], files.pop(window.file),
+                                          results.pop(window.file), timestamps)
 
     def ready() -> Iterator[Transcript | Failure]:
         nonlocal next_to_yield
@@ -126,20 +137,30 @@ def transcribe(
     for file, path in enumerate(paths):
         try:
             audio = load_audio(path)
-            pair.main.special.check_language(languages.get(path, options.language))
+            language = pair.main.special.language_code(languages.get(path, options.language))
         except (AudioError, ValueError) as error:
             done[file] = Failure(path, str(error) if isinstance(error, AudioError) else f"{path}: {error}")
             yield from ready()
             continue
-        windows = [_Window(file, i, a / SAMPLE_RATE, audio[a:b])
-                   for i, (a, b) in enumerate(plan_windows(len(audio), chunking))]
-        if len(windows) > 1 and pair.main.special.multilingual and languages.get(path, options.language) is None:
+        ranges = plan_windows(len(audio), chunking)
+        # each window's audio not in the one before it: what a progress bar over the file counts
+        starts = [a for a, _ in ranges[1:]] + [len(audio)]
+        windows = [_Window(file, i, a / SAMPLE_RATE, audio[a:b], (min(b, next_start) - a) / SAMPLE_RATE)
+                   for i, ((a, b), next_start) in enumerate(zip(ranges, starts))]
+        if language is not None:
+            languages[path] = language
+        elif len(windows) > 1 and pair.main.special.multilingual:
             # one language for the whole file, as Whisper does: windows decoded apart could disagree
             languages[path] = detect_languages(pair, pair_features(pair, [windows[0].audio])[0])[0]
         files[file] = windows
         results[file] = [None] * len(windows)
         timestamps = options.timestamps or len(windows) > 1
-        pending[timestamps].extend(windows)
+        for window in windows:
+            if float(np.abs(window.audio).max(initial=0.0)) < SILENCE_PEAK:
+                finish(window, WindowResult([], None, False, DecodingStats(windows=1)), timestamps)
+            else:
+                pending[timestamps].append(window)
+        yield from ready()
         while len(pending[timestamps]) >= batch_size:
             flush(timestamps)
             yield from ready()

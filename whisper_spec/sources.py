@@ -172,9 +172,14 @@ def resolve_model(spec: str) -> Path:
         if not (path / "config.json").is_file():
             raise ModelNotFound(f"{path}: no config.json; not a Hugging Face or CTranslate2 Whisper directory")
         return path
-    if path.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
-        known = ", ".join(EMBEDDED_MODELS)
-        raise ModelNotFound(f"{spec}: not an embedded model ({known}), a model directory or a hub id (owner/name)")
+    if path.exists():
+        raise ModelNotFound(f"{spec}: not a directory; a model is an embedded name ({', '.join(EMBEDDED_MODELS)}), "
+                            "a model directory or a hub id (owner/name)")
+    if spec.startswith((".", "/", "~")) or spec.endswith(("/", os.sep)) or spec.count("/") > 1:
+        raise ModelNotFound(f"{spec}: no such directory")
+    if "/" not in spec:
+        raise ModelNotFound(f"{spec}: not an embedded model ({', '.join(EMBEDDED_MODELS)}), a model directory "
+                            "or a hub id (owner/name)")
     return _download_from_hub(spec)
 
 
@@ -189,8 +194,10 @@ def _download_from_hub(repo_id: str) -> Path:
                 ignore_patterns=["*.msgpack", "*.h5", "flax_*", "tf_*"],
             )
         )
-    except Exception as error:
-        raise ModelNotFound(f"{repo_id}: cannot download from the Hugging Face hub ({error})") from None
+    except Exception as error:  # noqa: BLE001 - offline, unknown repo, bad id: one line naming both readings
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ModelNotFound(f"{repo_id}: no such directory, and not downloadable from the Hugging Face hub "
+                            f"({reason})") from None
 
 
 def list_models() -> list[dict]:

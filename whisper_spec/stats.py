@@ -49,13 +49,14 @@ class DecodingStats:
             "windows": self.windows,
             "drafted_tokens": self.drafted,
             "accepted_tokens": self.accepted,
-            "acceptance": self.acceptance,
+            "acceptance": None if self.acceptance is None else round(self.acceptance, 4),
             "generated_tokens": self.generated,
             "main_forwards": self.main_forwards,
             "assistant_forwards": self.assistant_forwards,
-            "tokens_per_main_forward": self.tokens_per_main_forward,
-            "encoder_seconds": self.encoder_seconds,
-            "decoding_seconds": self.decoding_seconds,
+            "tokens_per_main_forward": (None if self.tokens_per_main_forward is None
+                                        else round(self.tokens_per_main_forward, 3)),
+            "encoder_seconds": round(self.encoder_seconds, 3),
+            "decoding_seconds": round(self.decoding_seconds, 3),
             "drafted_by_position": self.drafted_by_position,
             "accepted_by_position": self.accepted_by_position,
         }

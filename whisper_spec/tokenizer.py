@@ -46,14 +46,24 @@ class SpecialTokens:
             tokens.append(self.no_timestamps)
         return tokens
 
-    def check_language(self, language: str | None) -> None:
+    def language_code(self, language: str | None) -> str | None:
+        """The code of a language given by code or by name, as openai-whisper takes them ("de",
+        "German", "german"); None stays None. ValueError where this model has no such language."""
         if language is None:
-            return
+            return None
+        code = language.strip().lower()
+        if code not in self.lang_to_id and code != "en":
+            # names and aliases: the table transformers keeps (imported only for a name)
+            from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
+
+            code = TO_LANGUAGE_CODE.get(code, code)
         if not self.multilingual:
-            if language != "en":
+            if code != "en":
                 raise ValueError(f"this model is English-only; cannot use language {language!r}")
-        elif language not in self.lang_to_id:
-            raise ValueError(f"unknown language {language!r}; known: {', '.join(sorted(self.lang_to_id))}")
+        elif code not in self.lang_to_id:
+            raise ValueError(f"unknown language {language!r}; known: {', '.join(sorted(self.lang_to_id))} "
+                             "(or their names, such as German)")
+        return code
 
     @classmethod
     def from_model_dir(cls, path: Path) -> "SpecialTokens":

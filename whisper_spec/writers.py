@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -54,7 +55,22 @@ def write_atomic(path: Path, content: str) -> None:
         tmp.write_text(content, encoding="utf-8")
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only folder: the write's own error is the one to see
+            tmp.unlink(missing_ok=True)
+
+
+def check_output_dir(path: Path) -> None:
+    """Fail before any work where no output could be written, with one line naming the folder."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path}: not a directory (the output folder)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".whisper-spec-write-check.{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(f"{path}: cannot write outputs there ({error.strerror or error})") from None
 
 
 def write_outputs(transcript: Transcript, output_dir: Path, formats: list[str], name: str | None = None) -> list[Path]:

@@ -3,6 +3,7 @@ assisted generation) and faster-whisper."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -14,13 +15,28 @@ from ..sources import ct2_source
 from .data import Utterance, batches
 
 
+@contextlib.contextmanager
+def _quiet_transformers():
+    """transformers' generate logs a warning per call on this path (max_length from the model's
+    generation config beside max_new_tokens, the assistant's own inner generate calls): dozens of
+    lines per benchmark that say nothing about the run. Errors still show."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+
+
 class TransformersPeer:
     """transformers' generate on the same main model (and the assistant exported as WhisperForCausalLM)."""
 
     def __init__(self, pair: WhisperPair, workdir: Path):
         from transformers import WhisperForCausalLM, WhisperForConditionalGeneration
 
-        from .export import save_model
+        from ..export import save_model
 
         self.pair = pair
         self.model = WhisperForConditionalGeneration.from_pretrained(pair.main.path, dtype=pair.dtype).to(pair.device)
@@ -49,7 +65,8 @@ class TransformersPeer:
                 kwargs["assistant_model"] = self.assistant
             # as many tokens as our loop allows (448 with the prompt); transformers may otherwise stop at 20
             kwargs["max_new_tokens"] = self.pair.main.dims.n_text_ctx - len(special.prompt("en", task, False))
-            out = self.model.generate(input_features=mel, **kwargs)
+            with _quiet_transformers():
+                out = self.model.generate(input_features=mel, **kwargs)
             for row in out.tolist():
                 row = [t for t in row if t < special.eot]  # drop the prompt's special tokens and EOT padding
                 tokens.append(row)
@@ -65,7 +82,7 @@ class FasterWhisperPeer:
 
         self.compute_type = "float16" if device.type == "cuda" else "float32"
         self.model = FasterWhisperModel(str(ct2_dir), device=device.type, compute_type=self.compute_type,
-                                  cpu_threads=torch.get_num_threads())
+                                        cpu_threads=torch.get_num_threads())
 
     def run(self, utterances: list[Utterance], batch_size: int, speculative: bool, task: str, languages: list[str]):
         tokens, texts = [], []

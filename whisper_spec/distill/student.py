@@ -7,8 +7,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
+from ..checkpoint import save_safetensors
 from ..model import Decoder
 from ..pair import ASSISTANT_CONFIG, ASSISTANT_FORMAT, SHARED_WITH_MAIN, Whisper, own_state, share_main_modules
 from .data import Example
@@ -61,7 +61,7 @@ def save_assistant(student: Decoder, main: Whisper, output: Path, meta: dict) ->
     output.mkdir(parents=True, exist_ok=True)
     tensors = {name: t.detach().to(torch.float16).contiguous() for name, t in own_state(student).items()}
     tensors["draft_vocab"] = student.proj_out.token_ids.to(torch.int32).cpu()
-    save_file(tensors, output / "model.safetensors")
+    save_safetensors(tensors, output / "model.safetensors")
     config = {
         "format": ASSISTANT_FORMAT,
         "main_model": main.name,

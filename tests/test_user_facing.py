@@ -1,0 +1,255 @@
+"""What a new user meets: output names, totals, re-runs, bad input and output folders, messages,
+progress, output formats, file modes and the README's own examples. Real audio from the shared
+speech set; small files made here where a bad input is needed."""
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+from conftest import speech
+
+from whisper_spec import load
+from whisper_spec.cli.main import main
+from whisper_spec.jobs import collect_jobs
+
+ROOT = Path(__file__).resolve().parents[1]
+QUILTER = speech("librispeech/dev-clean/1272-128104-0000.flac")
+CLIPS = [speech(f"librispeech/test-clean/{name}.flac")
+         for name in ("1089-134686-0000", "1089-134686-0001", "1089-134686-0002", "1089-134691-0000")]
+
+
+def run(capsys, *args):
+    code = main([*map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_files_of_one_name_get_outputs_of_their_own(capsys, tmp_path):
+    audio, rate = soundfile.read(QUILTER, dtype="float32")
+    folder = tmp_path / "in"
+    (folder / "a").mkdir(parents=True)
+    (folder / "b").mkdir()
+    soundfile.write(folder / "short.ogg", audio, rate, format="OGG")
+    soundfile.write(folder / "short.flac", audio, rate)
+    assert sorted(j.name for j in collect_jobs(str(folder))) == ["short.flac", "short.ogg"]
+    code, _, err = run(capsys, "batch", folder, "-o", tmp_path / "out", "-m", "tiny.en", "-q")
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.txt")) == ["short.flac.txt", "short.ogg.txt"]
+    assert err.startswith("2 done")
+
+    shutil.copy(QUILTER, folder / "a" / "x.flac")
+    shutil.copy(CLIPS[0], folder / "b" / "x.flac")
+    code, _, err = run(capsys, "transcribe", folder / "a" / "x.flac", folder / "b" / "x.flac", "-o", tmp_path / "t",
+                       "-m", "tiny.en", "-q")
+    assert code == 0, err
+    assert "Quilter" in (tmp_path / "t" / "a" / "x.txt").read_text()
+    assert "Quilter" not in (tmp_path / "t" / "b" / "x.txt").read_text()
+
+
+@contextlib.contextmanager
+def no_model_loads():
+    """Fail the test if a command loads a model inside this block."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(load, "load_pair", refuse)
+        yield
+
+
+def test_batch_totals_add_up_and_a_finished_job_is_left_alone(capsys, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for clip in CLIPS:
+        shutil.copy(clip, folder)
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "batch", folder, "-o", out, "-m", "tiny.en", "-f", "json", "-q")
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    per_file = [json.loads(p.read_text())["stats"] for p in out.glob("*.json") if p.name != "summary.json"]
+    assert len(per_file) == 4
+    for key in ("encoder_seconds", "decoding_seconds"):
+        # each file's share of its batch's time, not the batch's whole time once per file
+        assert sum(s[key] for s in per_file) == pytest.approx(summary["stats"][key], abs=0.01)
+    assert summary["stats"]["encoder_seconds"] + summary["stats"]["decoding_seconds"] < summary["wall_seconds"]
+
+    before = (out / "summary.json").read_text()
+    with no_model_loads():
+        code, _, err = run(capsys, "batch", folder, "-o", out, "-m", "tiny.en", "-f", "json")
+    assert code == 0 and err.startswith("nothing to do"), err
+    assert (out / "summary.json").read_text() == before
+
+    (tmp_path / "empty").mkdir()
+    code, _, err = run(capsys, "batch", tmp_path / "empty", "-o", out, "-m", "tiny.en")
+    assert code == 2 and err.count("\n") == 1 and "no audio files" in err
+
+
+@pytest.mark.parametrize("where", ["a file", "below a file", "/proc"])
+def test_an_unusable_output_folder_fails_before_any_work(capsys, tmp_path, where):
+    (tmp_path / "existing.txt").write_text("x")
+    output = {"a file": tmp_path / "existing.txt", "below a file": tmp_path / "existing.txt" / "out",
+              "/proc": Path("/proc/whisper-spec-out")}[where]
+    for command in (["transcribe", QUILTER], ["batch", QUILTER.parent]):
+        with no_model_loads():  # refused before the model loads or any audio is decoded
+            code, out, err = run(capsys, *command, "-o", output, "-m", "tiny.en")
+        assert code == 2 and out == "" and err.count("\n") == 1 and str(output) in err, err
+
+
+def test_unwritable_output_file_is_a_failure_and_the_job_goes_on(capsys, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copy(QUILTER, folder / "first.flac")
+    shutil.copy(CLIPS[0], folder / "second.flac")
+    out = tmp_path / "out"
+    (out / "first.txt").mkdir(parents=True)  # a folder where the transcript should go: the write fails
+    code, _, err = run(capsys, "batch", folder, "-o", out, "-m", "tiny.en", "-q")
+    assert code == 1 and "Traceback" not in err
+    assert (out / "second.txt").read_text().strip()
+    failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert len(failures) == 1 and "cannot write its output" in failures[0]["error"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "tpu"], "not a device"),
+    (["--device", "mps"], "not a device"),
+    (["--batch-size", "0"], "at least 1"),
+    (["--batch-size", "-1"], "at least 1"),
+])
+def test_bad_option_values_are_usage_errors(capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["transcribe", str(QUILTER), *args])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--draft-tokens", "-2"], "--draft-tokens must be >= 0"),
+    (["--overlap", "20"], "--overlap must be between 0 and half of --chunk-length"),
+    (["--chunk-length", "40"], "--chunk-length must be in"),
+    (["-m", "large-v9"], "large-v9: not an embedded model"),
+    (["--assistant", "my-assistant/"], "my-assistant/: no such directory"),
+    (["-m", "./mymodels/whisper-small"], "./mymodels/whisper-small: no such directory"),
+    (["--language", "Klingon"], "--language: unknown language 'Klingon'"),
+])
+def test_errors_are_one_line_and_name_the_flag_or_the_path(capsys, args, message):
+    code, out, err = run(capsys, "transcribe", QUILTER, *args)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and message in err, err  # no note before it ("no distilled assistant ...")
+
+
+def test_language_names_are_taken_like_codes(capsys):
+    german = speech("multilingual/de/thorsten_1386ecbb98a8f46dd0b0eb75d68ee0d0.flac")
+    by_name = run(capsys, "transcribe", german, "-l", "German", "-f", "json", "-q")
+    by_code = run(capsys, "transcribe", german, "-l", "de", "-f", "json", "-q")
+    assert by_name[0] == 0 and json.loads(by_name[1])["language"] == "de"
+    assert json.loads(by_name[1])["text"] == json.loads(by_code[1])["text"]
+
+
+def test_progress_counts_each_second_of_audio_once(base_pair):
+    from whisper_spec.options import ChunkingOptions, DecodingOptions
+    from whisper_spec.pipeline import transcribe
+
+    long_file = QUILTER
+    audio, rate = soundfile.read(long_file, dtype="float32")
+    seconds = []
+    # a 5.9 s clip in 3 s windows overlapping by 1 s: three windows, 7.9 s of window audio
+    result = next(transcribe(base_pair, [long_file], DecodingOptions(language="en"),
+                             chunking=ChunkingOptions(chunk_length=3, overlap=1), on_window=seconds.append))
+    assert len(seconds) == 3
+    assert sum(seconds) == pytest.approx(len(audio) / rate, abs=1e-3) == pytest.approx(result.duration, abs=1e-3)
+
+
+def test_without_a_terminal_progress_is_a_line_per_file(tmp_path):
+    files = [str(QUILTER), str(CLIPS[0]), str(tmp_path / "missing.wav")]
+    run = subprocess.run([sys.executable, "-m", "whisper_spec.cli.main", "transcribe", *files, "-m", "tiny.en"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 1
+    lines = run.stderr.splitlines()
+    assert f"whisper-spec: [1/3] {QUILTER}: done" in lines and f"whisper-spec: [2/3] {CLIPS[0]}: done" in lines
+    assert any("missing.wav: no such file" in line for line in lines)
+    assert "\r" not in run.stderr  # no bar
+
+
+def test_json_times_are_rounded_and_stdout_blocks_are_labelled(capsys):
+    code, out, err = run(capsys, "transcribe", QUILTER, CLIPS[0], "-m", "tiny.en", "-f", "json", "-f", "srt", "-q")
+    assert code == 0, err
+    headers = re.findall(r"^==> (.+) \((\w+)\) <==$", out, flags=re.M)
+    assert headers == [(str(QUILTER), "json"), (str(QUILTER), "srt"), (str(CLIPS[0]), "json"), (str(CLIPS[0]), "srt")]
+    first = json.loads(out.split("==>")[1].split("<==", 1)[1])
+    times = [first["duration"], first["stats"]["encoder_seconds"]] + [t for s in first["segments"] for t in (s["start"], s["end"])]
+    assert all(round(t, 3) == t and len(repr(t)) < 12 for t in times), times
+
+
+def test_digital_silence_gives_no_text(capsys, tmp_path):
+    silence = tmp_path / "silence.wav"
+    soundfile.write(silence, np.zeros(16000 * 5, dtype=np.float32), 16000)
+    for model in ("tiny.en", "base"):
+        code, out, err = run(capsys, "transcribe", silence, "-m", model, "-f", "json", "-q")
+        assert code == 0, err
+        result = json.loads(out)
+        assert result["text"] == "" and result["segments"] == [] and result["duration"] == 5.0
+    # speech with digital silence around it is decoded as before
+    audio, rate = soundfile.read(QUILTER, dtype="float32")
+    padded = tmp_path / "padded.wav"
+    soundfile.write(padded, np.concatenate([np.zeros(rate * 40, np.float32), audio]), rate)
+    code, out, err = run(capsys, "transcribe", padded, "-m", "tiny.en", "-q")
+    assert code == 0 and "Quilter" in out
+
+
+def test_written_model_files_are_readable_by_others(capsys, tmp_path):
+    code, _, err = run(capsys, "quantize", "tiny.en", "-o", tmp_path / "q")
+    assert code == 0, err
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / "q").iterdir()}
+    assert set(modes.values()) == {oct(0o666 & ~_umask())}, modes
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("when", ["at start-up", "mid-job"])
+def test_ctrl_c_ends_with_one_line(tmp_path, when):
+    files = [str(c) for c in CLIPS * 3]
+    process = subprocess.Popen([sys.executable, "-c", "from whisper_spec.cli import run; run()", "batch",
+                                str(CLIPS[0].parent), "-o", str(tmp_path / "out"), "-m", "tiny.en", "-q"]
+                               if when == "mid-job" else
+                               [sys.executable, "-c", "from whisper_spec.cli import run; run()", "transcribe",
+                                *files, "-m", "tiny.en"],
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    if when == "mid-job":
+        deadline = time.monotonic() + 120
+        while not list((tmp_path / "out").glob("*.txt")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    else:
+        time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    err = process.communicate(timeout=60)[1]
+    assert process.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().count("\n") == 0 and "interrupted" in err
+    if when == "mid-job":
+        assert "run the same command again to resume" in err
+
+
+def test_readme_python_example_runs_as_written():
+    readme = (ROOT / "README.md").read_text()
+    example = re.search(r"### From Python\n\n```python\n(.*?)```", readme, flags=re.S).group(1)
+    run = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert "Quilter" in run.stdout and "missing.wav: no such file" in run.stdout
+
+
+def test_readme_says_how_to_get_the_cpu_wheel_on_a_plain_machine():
+    readme = (ROOT / "README.md").read_text()
+    assert "--index-url https://download.pytorch.org/whl/cpu" in readme
+    assert readme.count("```bash\npip install") == 2  # still exactly two set-up commands
