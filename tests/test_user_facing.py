@@ -253,3 +253,43 @@ def test_readme_says_how_to_get_the_cpu_wheel_on_a_plain_machine():
     readme = (ROOT / "README.md").read_text()
     assert "--index-url https://download.pytorch.org/whl/cpu" in readme
     assert readme.count("```bash\npip install") == 2  # still exactly two set-up commands
+
+
+def test_unusable_audio_is_one_line_each_and_the_rest_finishes(capsys, tmp_path):
+    truncated = tmp_path / "truncated.flac"
+    truncated.write_bytes(QUILTER.read_bytes()[:2000])
+    text = tmp_path / "notes.wav"
+    text.write_text("not audio at all\n" * 50)
+    folder = tmp_path / "folder.wav"
+    folder.mkdir()
+    code, out, err = run(capsys, "transcribe", truncated, text, folder, QUILTER, "-m", "tiny.en", "-q")
+    assert code == 1 and "Traceback" not in err and "Quilter" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 3 and [str(p) in line for p, line in zip((truncated, text, folder), lines)] == [True] * 3
+
+
+def test_progress_bar_reaches_its_total_when_a_file_fails_and_writes_above_itself(monkeypatch):
+    import io
+
+    from whisper_spec.jobs import AudioProgress, audio_seconds
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    paths = [QUILTER, CLIPS[0], CLIPS[1]]
+    progress = AudioProgress(paths, enabled=True)
+    assert not progress.bar.disable
+    for _ in range(100):  # many small windows: no per-update rounding may lose seconds
+        progress.advance(audio_seconds(QUILTER) / 100)
+    progress.file_done(str(QUILTER))
+    progress.write("whisper-spec: wrote out/a.txt")
+    progress.advance(audio_seconds(CLIPS[0]))
+    progress.file_done(str(CLIPS[0]))
+    progress.file_done(str(CLIPS[1]), failed=True)  # its seconds leave the total
+    assert progress.bar.n == pytest.approx(progress.bar.total, abs=0.05)
+    progress.close()
+    assert "\nwhisper-spec: wrote out/a.txt\n" in terminal.getvalue().replace("\r", "\n")
+    assert "100%" in terminal.getvalue()
