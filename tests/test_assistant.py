@@ -50,8 +50,8 @@ def test_shipped_assistant_is_exact_and_accepted(shipped, batch_size):
     tokens_alone, tokens_drafted, drafted, accepted = [], [], 0, 0
     for first in range(0, len(paths), batch_size):
         mel = mel_of(paths[first : first + batch_size])
-        alone, _ = decode_windows(pair, mel, DecodingOptions(language="en"), use_assistant=False)
-        spec, stats = decode_windows(pair, mel, DecodingOptions(language="en", draft_tokens=5))
+        alone, _ = decode_windows(pair, mel, DecodingOptions(speculation="on", language="en"), use_assistant=False)
+        spec, stats = decode_windows(pair, mel, DecodingOptions(speculation="on", language="en", draft_tokens=5))
         tokens_alone += [r.tokens for r in alone]
         tokens_drafted += [r.tokens for r in spec]
         drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
@@ -64,7 +64,7 @@ def test_shipped_assistant_drafts_only_for_its_languages_and_is_exact_in_all(shi
     assert pair.assistant.draft_languages == ("en",)
     mel = mel_of([speech(ENGLISH[0])] + OTHERS)
     drafting_everywhere = replace(pair, assistant=replace(pair.assistant, draft_languages=None))
-    for options in (DecodingOptions(), DecodingOptions(timestamps=True)):
+    for options in (DecodingOptions(speculation="on"), DecodingOptions(speculation="on", timestamps=True)):
         alone, _ = decode_windows(pair, mel, options, use_assistant=False)
         for candidate in (pair, drafting_everywhere):
             spec, _ = decode_windows(candidate, mel, options)

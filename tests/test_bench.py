@@ -56,12 +56,15 @@ def test_report_has_every_documented_field_and_passes_the_check(pair, utterances
     assert "[transformers]" not in capfd.readouterr().err  # its per-call generate warnings say nothing here
     names = [c["name"] for c in report["configs"]]
     assert names == ["main b1", "speculative b1", "main b2", "speculative b2", "transformers b1", "transformers b2",
-                     "transformers assisted b1", "faster-whisper b1"]
+                     "transformers assisted b1", "faster-whisper b1", "faster-whisper int8 b1",
+                     "faster-whisper int8 b2"]
     by_name = {c["name"]: c for c in report["configs"]}
     assert by_name["speculative b1"]["wer"] == by_name["main b1"]["wer"] is not None
     assert by_name["speculative b1"]["identical_fraction"] == 1.0
     assert 0 < by_name["speculative b2"]["acceptance"] <= 1
     assert by_name["transformers assisted b1"]["wer"] is not None
+    # faster-whisper's batched pipeline writes what its one-by-one transcribe writes, utterance by utterance
+    assert by_name["faster-whisper int8 b2"]["wer"] == by_name["faster-whisper int8 b1"]["wer"] is not None
     assert report["data"]["languages"] == ["de", "en"]
 
     section = README.read_text().split("### The benchmark report")[1].split("\n## ")[0]

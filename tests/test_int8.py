@@ -110,7 +110,7 @@ def test_int8_pair_is_exact_and_uses_the_fused_kernel(int8_pair):
     for batch_size in (1, 4):
         for first in range(0, len(CLIPS), batch_size):
             mel = mel_of(CLIPS[first : first + batch_size])
-            for options in (DecodingOptions(), DecodingOptions(timestamps=True)):
+            for options in (DecodingOptions(speculation="on"), DecodingOptions(speculation="on", timestamps=True)):
                 alone, _ = decode_windows(everywhere, mel, options, use_assistant=False)
                 spec, stats = decode_windows(everywhere, mel, options)
                 assert [r.tokens for r in spec] == [r.tokens for r in alone]
@@ -161,8 +161,8 @@ def test_prequantized_directories_build_no_float_decoder_weights(tmp_path, int8_
     assert len(int8_weights) > 40 and all(is_aligned(w) for w in int8_weights)
     assert [_unaligned_tensors(m) for m in (pair.main.encoder, pair.main.decoder, pair.assistant.decoder)] == [[]] * 3
     mel = mel_of(CLIPS[:2])
-    prequantized, _ = decode_windows(pair, mel, DecodingOptions())
-    on_the_fly, _ = decode_windows(int8_pair, mel, DecodingOptions())
+    prequantized, _ = decode_windows(pair, mel, DecodingOptions(speculation="on"))
+    on_the_fly, _ = decode_windows(int8_pair, mel, DecodingOptions(speculation="on"))
     assert [r.tokens for r in prequantized] == [r.tokens for r in on_the_fly]
 
 

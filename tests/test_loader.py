@@ -27,8 +27,8 @@ def test_decoder_only_assistant_reads_no_encoder_and_is_exact(base_pair, tmp_pat
     assert pair.shares_encoder and pair.assistant.encoder is None
     assert pair.assistant.dims.n_text_layer == 3
     mel = mel_of([speech(c) for c in CLIPS])
-    main_only, _ = decode_windows(pair, mel, DecodingOptions(), use_assistant=False)
-    speculative, stats = decode_windows(pair, mel, DecodingOptions(draft_tokens=3))
+    main_only, _ = decode_windows(pair, mel, DecodingOptions(speculation="on"), use_assistant=False)
+    speculative, stats = decode_windows(pair, mel, DecodingOptions(speculation="on", draft_tokens=3))
     assert [r.tokens for r in main_only] == [r.tokens for r in speculative]
     assert stats.drafted > 0
 
@@ -57,8 +57,8 @@ def test_full_checkpoint_can_share_or_keep_its_encoder(base_pair):
     own = load_pair("base", "base", assistant_encoder="auto", assistant_int8=False)
     assert not own.shares_encoder and own.assistant.encoder is not None
     mel = mel_of([speech(CLIPS[0])])
-    main_only, _ = decode_windows(own, mel, DecodingOptions(), use_assistant=False)
-    speculative, stats = decode_windows(own, mel, DecodingOptions(draft_tokens=6, draft_confidence=0))
+    main_only, _ = decode_windows(own, mel, DecodingOptions(speculation="on"), use_assistant=False)
+    speculative, stats = decode_windows(own, mel, DecodingOptions(speculation="on", draft_tokens=6, draft_confidence=0))
     assert main_only[0].tokens == speculative[0].tokens
     assert stats.acceptance == 1.0  # the same model drafting for itself agrees everywhere
 
@@ -91,7 +91,7 @@ def test_dtype_and_device_options():
     pair = load_pair("tiny.en", dtype="bfloat16", device="cpu")
     assert pair.main.decoder.token_embedding.weight.dtype == torch.bfloat16
     mel = mel_of([speech("librispeech/dev-clean/1272-128104-0000.flac")])
-    result, _ = decode_windows(pair, mel, DecodingOptions())
+    result, _ = decode_windows(pair, mel, DecodingOptions(speculation="on"))
     assert "Quilter" in pair.main.tokenizer.decode(result[0].tokens)
     with pytest.raises(ValueError, match="dtype|float64"):
         load_pair("tiny.en", dtype="float64")

@@ -71,7 +71,7 @@ def long_pair(base_pair):
 @pytest.mark.parametrize("batch_size", [1, 4])
 def test_speculative_long_form_equals_main_only(long_pair, batch_size):
     paths = [speech(p) for p in LONG]
-    options = DecodingOptions(timestamps=True, draft_tokens=4)
+    options = DecodingOptions(speculation="on", timestamps=True, draft_tokens=4)
     main_only = list(transcribe(long_pair, paths, options, batch_size=batch_size, use_assistant=False))
     speculative = list(transcribe(long_pair, paths, options, batch_size=batch_size))
     for a, b in zip(main_only, speculative):
@@ -92,7 +92,7 @@ def test_stitched_wer_stays_close_to_separate_utterances(base_pair):
     utterances = {r["utt_id"]: r for r in rows if r["set"] == "librispeech"}
     chapters = [r for r in rows if r["set"] == "longform" and r.get("utt_ids")]
     assert len(chapters) == 7
-    options = DecodingOptions(language="en")
+    options = DecodingOptions(speculation="on", language="en")
     stitched = {r.path: r.text for r in transcribe(base_pair, [SPEECH / c["path"] for c in chapters], options)}
     parts = [SPEECH / utterances[u]["path"] for c in chapters for u in c["utt_ids"]]
     separate = {r.path: r.text for r in transcribe(base_pair, parts, options)}

@@ -45,7 +45,7 @@ def exact_joint(model, mel, prompt):
 def sample_pairs(pair, mel, use_assistant, seed):
     counts = {}
     for repeat in range(REPEATS):
-        options = DecodingOptions(language="en", temperature=TEMPERATURE, max_length=6, draft_tokens=3,
+        options = DecodingOptions(speculation="on", language="en", temperature=TEMPERATURE, max_length=6, draft_tokens=3,
                                   draft_confidence=0, seed=seed + repeat)
         results, stats = decode_windows(pair, mel.expand(ROWS, -1, -1), options, use_assistant=use_assistant)
         for r in results:

@@ -41,7 +41,7 @@ def clip_mel():
 
 @pytest.mark.parametrize("batch", [1, 2, 3, 4])
 def test_base_layer_subset_assistant_is_exact(base_with_layer_subset, clip_mel, batch):
-    options = DecodingOptions(draft_tokens=4)
+    options = DecodingOptions(speculation="on", draft_tokens=4)
     main_only, _, stats = assert_identical(base_with_layer_subset, clip_mel[:batch], options)
     assert all(len(r.tokens) > 5 for r in main_only)
     assert stats.windows == batch
@@ -51,7 +51,7 @@ def test_a_row_decodes_alike_alone_and_beside_rows_that_finish_first(base_with_l
     """On CPU finished rows leave the decoders' batch: a row's tokens must not depend on which rows
     run beside it, and the next call on the same encoding must find every row's audio again."""
     pair = base_with_layer_subset
-    options = DecodingOptions(draft_tokens=4)
+    options = DecodingOptions(speculation="on", draft_tokens=4)
     for use_assistant in (False, True):
         batched, _ = decode_windows(pair, clip_mel, options, use_assistant=use_assistant)
         assert len({len(r.tokens) for r in batched}) == len(batched)  # every row ends at its own step
@@ -60,7 +60,7 @@ def test_a_row_decodes_alike_alone_and_beside_rows_that_finish_first(base_with_l
     encode(pair, clip_mel, None, DecodingStats())
     first, _ = decode_encoded(pair, 4, options)
     cache = pair.main.decoder.blocks[0].attn.kv_cache.k
-    second, _ = decode_encoded(pair, 4, DecodingOptions(draft_tokens=4, timestamps=True))
+    second, _ = decode_encoded(pair, 4, DecodingOptions(speculation="on", draft_tokens=4, timestamps=True))
     third, _ = decode_encoded(pair, 4, options)
     assert [r.tokens for r in third] == [r.tokens for r in first] == [r.tokens for r in batched]
     assert pair.main.decoder.blocks[0].attn.kv_cache.k is cache  # the full cache is back, not reallocated
@@ -75,7 +75,7 @@ def test_an_error_mid_decoding_leaves_the_decoders_whole(monkeypatch):
     main = random_model(0, eot_bias=0.25)
     pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), torch.device("cpu"), torch.float32)
     mel = torch.randn(4, 80, 3000)
-    options = DecodingOptions(language="en", draft_confidence=0)
+    options = DecodingOptions(speculation="on", language="en", draft_confidence=0)
     expected, _ = decode_windows(pair, mel, options)
     verify = decoding.verify
 
@@ -95,15 +95,15 @@ def test_an_error_mid_decoding_leaves_the_decoders_whole(monkeypatch):
 
 
 def test_base_timestamps_translate_and_adaptive_draft_are_exact(base_with_layer_subset, clip_mel):
-    options = DecodingOptions(timestamps=True, adaptive_draft=True, draft_tokens=2)
+    options = DecodingOptions(speculation="on", timestamps=True, adaptive_draft=True, draft_tokens=2)
     main_only, _, _ = assert_identical(base_with_layer_subset, clip_mel, options)
     assert any(t >= base_with_layer_subset.main.special.timestamp_begin for t in main_only[0].tokens)
-    assert_identical(base_with_layer_subset, clip_mel[1:3], DecodingOptions(task="translate", language="de"))
+    assert_identical(base_with_layer_subset, clip_mel[1:3], DecodingOptions(speculation="on", task="translate", language="de"))
 
 
 def test_confidence_stopped_drafts_are_exact_and_better_accepted(base_with_layer_subset, clip_mel):
-    _, _, every = assert_identical(base_with_layer_subset, clip_mel, DecodingOptions(draft_tokens=6, draft_confidence=0))
-    _, _, confident = assert_identical(base_with_layer_subset, clip_mel, DecodingOptions(draft_tokens=6, draft_confidence=0.5))
+    _, _, every = assert_identical(base_with_layer_subset, clip_mel, DecodingOptions(speculation="on", draft_tokens=6, draft_confidence=0))
+    _, _, confident = assert_identical(base_with_layer_subset, clip_mel, DecodingOptions(speculation="on", draft_tokens=6, draft_confidence=0.5))
     assert confident.drafted < every.drafted
     assert confident.acceptance > every.acceptance
 
@@ -116,15 +116,15 @@ def test_random_models_rows_accept_and_finish_differently(batch, noise):
     torch.manual_seed(batch)
     mel = torch.randn(batch, 80, 3000)
     # a random assistant is never confident: these draft all k (confidence 0), the last stops early
-    for options in (DecodingOptions(language="en", timestamps=True, draft_tokens=3, draft_confidence=0),
-                    DecodingOptions(language="fr", draft_tokens=5, adaptive_draft=True, max_draft_tokens=8,
+    for options in (DecodingOptions(speculation="on", language="en", timestamps=True, draft_tokens=3, draft_confidence=0),
+                    DecodingOptions(speculation="on", language="fr", draft_tokens=5, adaptive_draft=True, max_draft_tokens=8,
                                     draft_confidence=0),
-                    DecodingOptions(language="nl", draft_tokens=1, draft_confidence=0),
-                    DecodingOptions(language="de", draft_tokens=6, draft_confidence=0.3)):
+                    DecodingOptions(speculation="on", language="nl", draft_tokens=1, draft_confidence=0),
+                    DecodingOptions(speculation="on", language="de", draft_tokens=6, draft_confidence=0.3)):
         main_only, speculative, stats = assert_identical(pair, mel, options)
     if batch >= 4:
         # the setup really exercises per-row state: rows end at different steps and accept differently
-        main_only, speculative, _ = assert_identical(pair, mel, DecodingOptions(language="en", timestamps=True,
+        main_only, speculative, _ = assert_identical(pair, mel, DecodingOptions(speculation="on", language="en", timestamps=True,
                                                                                  draft_confidence=0))
         assert len({len(r.tokens) for r in main_only}) > 1
         assert len({r.stats.accepted for r in speculative}) > 1
@@ -135,7 +135,7 @@ def test_random_model_with_own_encoder_assistant_and_per_row_languages():
     pair = WhisperPair(main, other, torch.device("cpu"), torch.float32)
     torch.manual_seed(0)
     mel = torch.randn(4, 80, 3000)
-    main_only, _, _ = assert_identical(pair, mel, DecodingOptions(timestamps=True), languages=["en", "de", None, "nl"])
+    main_only, _, _ = assert_identical(pair, mel, DecodingOptions(speculation="on", timestamps=True), languages=["en", "de", None, "nl"])
     assert [r.language for r in main_only][:2] == ["en", "de"] and main_only[3].language == "nl"
 
 
@@ -143,5 +143,31 @@ def test_max_length_stops_rows_exactly():
     main = random_model(0)
     pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), torch.device("cpu"), torch.float32)
     mel = torch.randn(3, 80, 3000)
-    main_only, speculative, _ = assert_identical(pair, mel, DecodingOptions(language="en", max_length=20, draft_tokens=6))
+    main_only, speculative, _ = assert_identical(pair, mel, DecodingOptions(speculation="on", language="en", max_length=20, draft_tokens=6))
     assert all(r.hit_max_length and len(r.tokens) == 20 - 4 for r in main_only)
+
+
+def test_auto_speculation_drafts_only_while_few_rows_decode():
+    """speculation="auto" skips drafting in rounds with more rows decoding than AUTO_MAX_ROWS allows
+    on the device; every mode gives the main model's tokens."""
+    from dataclasses import replace
+
+    from whisper_spec.decoding import AUTO_MAX_ROWS
+
+    main = random_model(0, eot_bias=0.25)
+    pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), torch.device("cpu"), torch.float32)
+    torch.manual_seed(8)
+    mel = torch.randn(4, 80, 3000)
+    options = DecodingOptions(language="en", timestamps=True, draft_confidence=0)
+    alone, _ = decode_windows(pair, mel, options, use_assistant=False)
+    assert len({len(r.tokens) for r in alone}) > 2  # rows end at different steps: the rounds see 4, 3, ... rows
+    runs = {mode: decode_windows(pair, mel, replace(options, speculation=mode)) for mode in ("on", "auto", "off")}
+    for results, _ in runs.values():
+        assert [r.tokens for r in results] == [r.tokens for r in alone]
+    drafted = {mode: stats.drafted for mode, (_, stats) in runs.items()}
+    assert drafted["off"] == 0 < drafted["auto"] < drafted["on"]
+    # the rows that outlive all but AUTO_MAX_ROWS others are the ones that draft under auto
+    last = sorted(range(4), key=lambda row: len(alone[row].tokens))[-AUTO_MAX_ROWS["cpu"]:]
+    assert {row for row, r in enumerate(runs["auto"][0]) if r.stats.drafted} <= set(last)
+    one = {mode: decode_windows(pair, mel[:1], replace(options, speculation=mode))[1].drafted for mode in ("on", "auto")}
+    assert one["on"] == one["auto"] > 0  # a single row always drafts

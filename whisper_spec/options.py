@@ -24,6 +24,9 @@ class DecodingOptions:
     adaptive_draft: bool = False  # per row: +2 after a fully accepted round, -1 after a rejection
     draft_confidence: float = 0.8  # a row stops drafting for the round after a draft the assistant gives less probability
     max_draft_tokens: int = 16  # cap for the adaptive draft length
+    # on: draft every round; off: never (the assistant stays loaded); auto: draft while no more rows
+    # are decoding than drafting is measured to pay for on the device (decoding.AUTO_MAX_ROWS)
+    speculation: str = "auto"
     seed: int | None = None  # for sampling
 
     def __post_init__(self):
@@ -37,6 +40,8 @@ class DecodingOptions:
             raise ValueError("max_draft_tokens must be >= 1")
         if self.adaptive_draft and self.draft_tokens > self.max_draft_tokens:
             raise ValueError(f"draft_tokens must be at most {self.max_draft_tokens} with adaptive_draft")
+        if self.speculation not in ("on", "off", "auto"):
+            raise ValueError(f"speculation must be on, off or auto, not {self.speculation!r}")
         if not 0 <= self.draft_confidence < 1:
             raise ValueError(f"draft_confidence must be in [0, 1), not {self.draft_confidence}")
 
@@ -94,4 +99,5 @@ class BenchOptions:
     repeats: int = 3
     draft_tokens: int = DecodingOptions.draft_tokens
     draft_confidence: float = DecodingOptions.draft_confidence
+    speculation: str = DecodingOptions.speculation  # of the speculative configurations
     task: str = "transcribe"

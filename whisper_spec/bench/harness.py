@@ -51,7 +51,7 @@ class Run:
 
 def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, options: BenchOptions):
     decoding = DecodingOptions(task=options.task, draft_tokens=options.draft_tokens,
-                               draft_confidence=options.draft_confidence)
+                               draft_confidence=options.draft_confidence, speculation=options.speculation)
     tokens, texts, stats, per_utterance = [], [], DecodingStats(), []
     for rows in batches(len(utterances), config.batch_size):
         batch = [utterances[i] for i in rows]
@@ -83,6 +83,8 @@ def plan_configs(pair: WhisperPair, options: BenchOptions, peers: dict) -> list[
             configs.append(Config("transformers assisted b1", "transformers", 1, speculative=True))
     if "faster-whisper" in peers:
         configs.append(Config("faster-whisper b1", "faster-whisper", 1))
+        for b in options.batch_sizes:
+            configs.append(Config(f"faster-whisper int8 b{b}", "faster-whisper", b, int8=True))
     return configs
 
 
@@ -108,8 +110,9 @@ def run_bench(pair: WhisperPair, utterances: list[Utterance], options: BenchOpti
             subset = [utterances[i] for i in rows]
             if config.engine == "whisper-spec":
                 return _run_ours(int8_pair if config.int8 else pair, subset, config, options)
-            tokens, texts = peers[config.engine].run(subset, config.batch_size, config.speculative, options.task,
-                                                     [languages[i] for i in rows])
+            tokens, texts = peers[config.engine].run(subset, config.batch_size, speculative=config.speculative,
+                                                     int8=config.int8, task=options.task,
+                                                     languages=[languages[i] for i in rows])
             return tokens, texts, None, []
 
         block = math.lcm(*(c.batch_size for c in configs))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..encoding import pair_features
@@ -50,7 +51,9 @@ class TransformersPeer:
             self.assistant = WhisperForCausalLM.from_pretrained(exported, dtype=pair.dtype).to(pair.device).eval()
 
     @torch.inference_mode()
-    def run(self, utterances: list[Utterance], batch_size: int, speculative: bool, task: str, languages: list[str]):
+    def run(self, utterances: list[Utterance], batch_size: int, *, speculative: bool, int8: bool, task: str,
+            languages: list[str]):
+        """Tokens and texts of the utterances (int8: not offered by this peer)."""
         tokens, texts = [], []
         special = self.pair.main.special
         for rows in batches(len(utterances), batch_size):
@@ -75,25 +78,41 @@ class TransformersPeer:
 
 
 class FasterWhisperPeer:
-    """faster-whisper (CTranslate2) on the same CTranslate2 model the main model was converted from."""
+    """faster-whisper (CTranslate2) on the same CTranslate2 model the main model was converted from:
+    its float model (float16 on CUDA, float32 on CPU) and its int8 one. Batch 1 is its `transcribe`;
+    a larger batch is its batched pipeline, given the batch's utterances end to end as clips
+    (`clip_timestamps`), so it decodes them together, one 30 s window each, as ours does."""
 
     def __init__(self, ct2_dir: Path, device: torch.device):
         from faster_whisper import WhisperModel as FasterWhisperModel
 
-        self.compute_type = "float16" if device.type == "cuda" else "float32"
-        self.model = FasterWhisperModel(str(ct2_dir), device=device.type, compute_type=self.compute_type,
-                                        cpu_threads=torch.get_num_threads())
+        float_type = "float16" if device.type == "cuda" else "float32"
+        self.models = {int8: FasterWhisperModel(str(ct2_dir), device=device.type, cpu_threads=torch.get_num_threads(),
+                                                compute_type="int8" if int8 else float_type)
+                       for int8 in (False, True)}
 
-    def run(self, utterances: list[Utterance], batch_size: int, speculative: bool, task: str, languages: list[str]):
+    def run(self, utterances: list[Utterance], batch_size: int, *, speculative: bool, int8: bool, task: str,
+            languages: list[str]):
+        """Tokens and texts of the utterances (speculative: not offered by this peer)."""
+        from faster_whisper import BatchedInferencePipeline
+
+        model = self.models[int8]
+        settings = dict(task=task, beam_size=1, temperature=0.0, without_timestamps=True, vad_filter=False)
         tokens, texts = [], []
-        for i in range(len(utterances)):
-            segments, _ = self.model.transcribe(
-                utterances[i].audio, language=languages[i], task=task, beam_size=1, temperature=0.0,
-                without_timestamps=True, condition_on_previous_text=False, vad_filter=False,
-            )
-            segments = list(segments)
-            tokens.append([t for s in segments for t in s.tokens])
-            texts.append("".join(s.text for s in segments))
+        for rows in batches(len(utterances), batch_size):
+            if len(rows) == 1 or len({languages[i] for i in rows}) > 1:
+                outputs = [list(model.transcribe(utterances[i].audio, language=languages[i],
+                                                 condition_on_previous_text=False, **settings)[0]) for i in rows]
+            else:
+                audio = np.concatenate([utterances[i].audio for i in rows])
+                ends = np.cumsum([utterances[i].seconds for i in rows]).tolist()
+                clips = [{"start": start, "end": end} for start, end in zip([0.0] + ends[:-1], ends)]
+                segments = list(BatchedInferencePipeline(model).transcribe(
+                    audio, language=languages[rows[0]], clip_timestamps=clips, batch_size=batch_size, **settings)[0])
+                outputs = [[s for s in segments if clip["start"] <= s.start < clip["end"]] for clip in clips]
+            for segments in outputs:
+                tokens.append([t for s in segments for t in s.tokens])
+                texts.append("".join(s.text for s in segments))
         return tokens, texts
 
 
