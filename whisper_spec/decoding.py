@@ -29,8 +29,11 @@ from .stats import DecodingStats
 
 
 # speculation="auto": the most rows decoding at once for which a round drafts, by device (a device
-# not listed always drafts). Measured with base and its shipped assistant on the 78 LibriSpeech clips,
-# AUTO_ROWS_MEASUREMENT
+# not listed always drafts). CPU, 2 cores, base + its shipped assistant, 78 LibriSpeech clips, decoding
+# seconds of speculative over main-only with drafting in every round: 1.22-1.27x with one row, 1.06x
+# with batches of 2 and of 3, 0.91-0.93x with batches of 4 (benchmarks/results/speculation_rows_cpu
+# and the LibriSpeech reports); with this limit, batches of 4 reach 0.965x
+# (benchmarks/results/librispeech_auto_cpu): better, still not a gain.
 AUTO_MAX_ROWS = {"cpu": 2}
 
 

@@ -147,16 +147,18 @@ def transcribe(
         starts = [a for a, _ in ranges[1:]] + [len(audio)]
         windows = [_Window(file, i, a / SAMPLE_RATE, audio[a:b], (min(b, next_start) - a) / SAMPLE_RATE)
                    for i, ((a, b), next_start) in enumerate(zip(ranges, starts))]
+        silent = [_silent(w.audio) for w in windows]
+        sound = [w for w, quiet in zip(windows, silent) if not quiet]
         if language is not None:
             languages[path] = language
-        elif len(windows) > 1 and pair.main.special.multilingual:
+        elif len(windows) > 1 and pair.main.special.multilingual and sound:
             # one language for the whole file, as Whisper does: windows decoded apart could disagree
-            languages[path] = detect_languages(pair, pair_features(pair, [windows[0].audio])[0])[0]
+            languages[path] = detect_languages(pair, pair_features(pair, [sound[0].audio])[0])[0]
         files[file] = windows
         results[file] = [None] * len(windows)
         timestamps = options.timestamps or len(windows) > 1
-        for window in windows:
-            if float(np.abs(window.audio).max(initial=0.0)) < SILENCE_PEAK:
+        for window, quiet in zip(windows, silent):
+            if quiet:
                 finish(window, WindowResult([], None, False, DecodingStats(windows=1)), timestamps)
             else:
                 pending[timestamps].append(window)
@@ -168,6 +170,10 @@ def transcribe(
         while pending[timestamps]:
             flush(timestamps)
     yield from ready()
+
+
+def _silent(audio: np.ndarray) -> bool:
+    return float(np.abs(audio).max(initial=0.0)) < SILENCE_PEAK
 
 
 def _assemble(pair: WhisperPair, path: str, windows: list[_Window], results: list[WindowResult],

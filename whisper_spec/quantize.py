@@ -75,7 +75,7 @@ def kernel_for(device_type: str, dtype: torch.dtype) -> str:
     except (RuntimeError, NotImplementedError, AttributeError):
         pass
     try:
-        _compiled_dequantize_mm(x, weight.to(device), scales.to(device=device, dtype=dtype))
+        _compiled_dequantize_mm()(x, weight.to(device), scales.to(device=device, dtype=dtype))
         return "compiled"
     except Exception:  # noqa: BLE001 - no compiler backend here: fall back, and say so
         return "dequantize"
@@ -85,7 +85,10 @@ def _dequantize_mm(x: Tensor, weight: Tensor, scales: Tensor) -> Tensor:
     return F.linear(x, weight.to(x.dtype)) * scales
 
 
-_compiled_dequantize_mm = torch.compile(_dequantize_mm, dynamic=True)
+@functools.cache
+def _compiled_dequantize_mm():
+    """torch.compile'd at first use: importing the compiler costs over a second of start-up."""
+    return torch.compile(_dequantize_mm, dynamic=True)
 
 
 class Int8Linear(nn.Module):
@@ -109,7 +112,7 @@ class Int8Linear(nn.Module):
                 self.weight = aligned(self.weight)
             y = torch.ops.aten._weight_int8pack_mm(x.contiguous(), self.weight, scales)
         elif kernel == "compiled":
-            y = _compiled_dequantize_mm(x, self.weight, scales)
+            y = _compiled_dequantize_mm()(x, self.weight, scales)
         else:
             y = _dequantize_mm(x, self.weight, scales)
         if self.bias is not None:
