@@ -114,7 +114,7 @@ class AudioProgress:
         self.prog, self.enabled = prog, enabled
         self.seconds = {str(p): audio_seconds(Path(p)) for p in paths} if enabled else {}
         self.files, self.finished = len(paths), 0
-        self.bar = tqdm(total=round(sum(self.seconds.values()), 1), unit="s", unit_scale=True, desc="audio",
+        self.bar = tqdm(total=round(sum(self.seconds.values()), 3), unit="s", unit_scale=True, desc="audio",
                         disable=not (enabled and sys.stderr.isatty()))
 
     def advance(self, seconds: float) -> None:
@@ -123,7 +123,7 @@ class AudioProgress:
     def file_done(self, path: str, failed: bool = False) -> None:
         self.finished += 1
         if failed and self.seconds.get(path):
-            self.bar.total = round(self.bar.total - self.seconds[path], 1)
+            self.bar.total = max(round(self.bar.total - self.seconds[path], 3), self.bar.n)
             self.bar.refresh()
         if self.enabled and self.bar.disable and not failed:
             print(f"{self.prog}: [{self.finished}/{self.files}] {path}: done", file=sys.stderr, flush=True)

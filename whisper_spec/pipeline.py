@@ -99,6 +99,8 @@ def transcribe(
     timestamps: without them Whisper tends to stop early in a long window, and the stitcher needs
     segment times. on_window(seconds) is called as windows finish, with the seconds of the file's
     audio each one adds (overlaps counted once), so they add up to the file's duration.
+    (One generator of ~80 lines: it keeps result order, batching across files and per-file
+    assembly in one place, its steps as inner functions.)
     """
     paths = [str(p) for p in paths]
     languages = dict(languages or {})
@@ -142,11 +144,7 @@ def transcribe(
             done[file] = Failure(path, str(error) if isinstance(error, AudioError) else f"{path}: {error}")
             yield from ready()
             continue
-        ranges = plan_windows(len(audio), chunking)
-        # each window's audio not in the one before it: what a progress bar over the file counts
-        starts = [a for a, _ in ranges[1:]] + [len(audio)]
-        windows = [_Window(file, i, a / SAMPLE_RATE, audio[a:b], (min(b, next_start) - a) / SAMPLE_RATE)
-                   for i, ((a, b), next_start) in enumerate(zip(ranges, starts))]
+        windows = _file_windows(file, audio, chunking)
         silent = [_silent(w.audio) for w in windows]
         sound = [w for w, quiet in zip(windows, silent) if not quiet]
         if language is not None:
@@ -170,6 +168,15 @@ def transcribe(
         while pending[timestamps]:
             flush(timestamps)
     yield from ready()
+
+
+def _file_windows(file: int, audio: np.ndarray, chunking: ChunkingOptions) -> list[_Window]:
+    """A file's windows; each knows the seconds of audio no earlier window covers (what a progress
+    bar over the file counts)."""
+    ranges = plan_windows(len(audio), chunking)
+    starts = [a for a, _ in ranges[1:]] + [len(audio)]
+    return [_Window(file, i, a / SAMPLE_RATE, audio[a:b], (min(b, next_start) - a) / SAMPLE_RATE)
+            for i, ((a, b), next_start) in enumerate(zip(ranges, starts))]
 
 
 def _silent(audio: np.ndarray) -> bool:
