@@ -84,12 +84,13 @@ def run_batch(
     finally:
         bar.close()
         wall = time.perf_counter() - started
+        totals = stats.as_dict()
         summary = {
             "files": len(jobs), "done": done, "failed": failed, "skipped": skipped,
             "interrupted": done + failed < len(todo),
             "audio_hours": round(audio / 3600, 6), "wall_seconds": round(wall, 3),
             "real_time_factor": round(wall / audio, 4) if audio else None,
-            "acceptance": stats.as_dict()["acceptance"], "stats": stats.as_dict(),
+            "acceptance": totals["acceptance"], "stats": totals,
             "failures_file": str(failures_path),
         }
         write_atomic(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")

@@ -13,6 +13,8 @@ from pathlib import Path
 import soundfile
 
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".mp3", ".opus"}
+
+
 @dataclass(frozen=True)
 class Job:
     path: Path
