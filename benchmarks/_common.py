@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-SPEECH = SHARED / "speech"
+# WHISPER_SPEC_SPEECH: a copy of the speech folder elsewhere (a GPU machine that ../shared does not reach)
+SPEECH = Path(os.environ.get("WHISPER_SPEC_SPEECH", SHARED / "speech"))
 
 
 def manifest_rows() -> list[dict]:

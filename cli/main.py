@@ -71,7 +71,7 @@ def _setup(args, formats: list[str]):
     options = _options(
         DecodingOptions, task=args.task, language=args.language, temperature=args.temperature, timestamps=timestamps,
         draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, adaptive_draft=args.adaptive_draft,
-        speculation=args.speculation, seed=args.seed,
+        speculation=args.speculation, seed=args.seed, cuda_graphs=args.cuda_graphs,
     )
     chunking = _options(ChunkingOptions, chunk_length=args.chunk_length, overlap=args.overlap)
     pair = load_from_args(args, note)
@@ -214,7 +214,7 @@ def cmd_bench(args) -> int:
     peers = () if args.peers == "none" else tuple(p for p in args.peers.split(",") if p)
     options = _options(BenchOptions, batch_sizes=batch_sizes, int8=args.int8, peers=peers, repeats=args.repeats,
                            draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence,
-                           speculation=args.speculation, task=args.task)
+                           speculation=args.speculation, task=args.task, cuda_graphs=args.cuda_graphs)
     sets = args.sets.split(",") if args.sets else None
     utterances = load_utterances(args.source, config=args.config, split=args.split, sets=sets, limit=args.limit,
                                  language=args.language)

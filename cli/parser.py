@@ -62,6 +62,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="shared: the assistant reads the main encoder's output; own: it runs its own encoder; "
                             "auto: shared for decoder-only checkpoints (default: %(default)s)")
     group.add_argument("--device", type=device, default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+    group.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
+                       help="on CUDA, run every decoder step eagerly instead of replaying CUDA graphs of them")
     group.add_argument("--dtype", choices=DTYPES, default=None,
                        help="weight and activation dtype (default: float16 on cuda, float32 on cpu; "
                             "bfloat16 on cpu with --int8)")

@@ -112,3 +112,24 @@ def test_bench_refuses_a_missing_dataset(tmp_path, capsys):
     code = cli(["bench", str(tmp_path / "nothing.jsonl"), "--output-dir", str(tmp_path)])
     assert code == 2
     assert "nothing.jsonl" in capsys.readouterr().err
+
+
+def test_gpu_check_script_runs_in_its_cpu_dry_mode(tmp_path):
+    """benchmarks/gpu.sh is what the first GPU runs: its dry mode (CPU, 2 clips, no CUDA tests) runs
+    every other part of it here, so it cannot rot before then."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run(["bash", str(repo / "benchmarks" / "gpu.sh"), "--dry", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads((tmp_path / "librispeech" / "report.json").read_text())
+    assert report["check"]["passed"] and {"speculative int8 b4", "faster-whisper int8 b1"} <= {
+        c["name"] for c in report["configs"]}
+    memory = json.loads((tmp_path / "memory.json").read_text())
+    assert memory["runs"]["int8"]["int8_kernel"] == "int8pack_mm"
+    assert memory["int8_reduction"]["decoder_weight_bytes"] > 0.35
+    summary = (tmp_path / "summary.md").read_text()
+    assert summary == done.stdout[-len(summary):]
+    assert "CUDA tests: not run (dry mode)" in summary and "| speculative b1 |" in summary
+    assert re.search(r"\| int8: lower decoder weight memory \| \d+% \| >= 35% \|", summary)

@@ -171,3 +171,37 @@ def test_auto_speculation_drafts_only_while_few_rows_decode():
     assert {row for row, r in enumerate(runs["auto"][0]) if r.stats.drafted} <= set(last)
     one = {mode: decode_windows(pair, mel[:1], replace(options, speculation=mode))[1].drafted for mode in ("on", "auto")}
     assert one["on"] == one["auto"] > 0  # a single row always drafts
+
+
+@pytest.mark.parametrize("options", [
+    DecodingOptions(speculation="on", draft_tokens=4),
+    DecodingOptions(speculation="on", timestamps=True, adaptive_draft=True, draft_tokens=2, max_draft_tokens=6),
+], ids=["plain", "timestamps-adaptive"])
+def test_fixed_shape_decoding_gives_the_row_invariant_tokens(base_with_layer_subset, clip_mel, options, monkeypatch):
+    """The decoding GPUs get (every main call one width: prompt prefilled alone, windows right-padded,
+    every row kept, rules on every position), run on CPU where the kernels are row-invariant: both
+    modes must give the tokens of CPU decoding, at every batch size, although every call computes
+    positions past each row's end."""
+    pair = base_with_layer_subset
+    reference = {b: decode_windows(pair, clip_mel[:b], options, use_assistant=False)[0] for b in (1, 4)}
+    import whisper_spec.decoding as decoding
+
+    monkeypatch.setattr(decoding, "ROW_INVARIANT_DEVICES", set())
+    widths = []
+    features = type(pair.main.decoder).features
+
+    def recording(decoder, tokens, positions, span=None):
+        if decoder is pair.main.decoder:
+            widths.append(tokens.shape)
+        return features(decoder, tokens, positions, span)
+
+    monkeypatch.setattr(type(pair.main.decoder), "features", recording)
+    for batch in (1, 4):
+        main_only, speculative, stats = assert_identical(pair, clip_mel[:batch], options)
+        assert [r.tokens for r in main_only] == [r.tokens for r in reference[batch]]
+        # besides the language step and the prompt's prefill, one shape for every main call of both modes
+        width = (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens) + 1
+        prefill = len(pair.main.special.prompt("en", options.task, options.timestamps)) - 1
+        assert set(widths) == {(batch, 1), (batch, prefill), (batch, width)}
+        assert widths.count((batch, width)) > 10
+        widths.clear()

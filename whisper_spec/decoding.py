@@ -22,11 +22,12 @@ import torch
 from torch import Tensor
 
 from .encoding import detect_language, encode, synchronize
+from .graphs import step_graphs
+from .model import ROW_INVARIANT_DEVICES
 from .options import DecodingOptions
 from .pair import Whisper, WhisperPair
 from .rules import LogitRules
 from .stats import DecodingStats
-
 
 # speculation="auto": the most rows decoding at once for which a round drafts, by device (a device
 # not listed always drafts). CPU, 2 cores, base + its shipped assistant, 78 LibriSpeech clips, decoding
@@ -35,6 +36,14 @@ from .stats import DecodingStats
 # and the LibriSpeech reports); with this limit, batches of 4 reach 0.965x
 # (benchmarks/results/librispeech_auto_cpu): better, still not a gain.
 AUTO_MAX_ROWS = {"cpu": 2}
+
+# On a device whose decoder kernels are not row-invariant (model.ROW_INVARIANT_DEVICES) every main
+# decoder call has the same shape in both modes, so a position's logits cannot depend on the mode:
+# the prompt is prefilled alone, each round's window is right-padded to the widest round either mode
+# can have (the padding lies past the row's end, where the cache holds stale drafts anyway), every
+# row stays in the batch, and the projection and rules run on every position of the window.
+# The assistant's calls, which need not be exact, are padded to this width only for CUDA graphs.
+ASSISTANT_WIDTH = 2
 
 
 @dataclass
@@ -152,11 +161,11 @@ class _LiveRows:
     run until the longest row ends: every kernel there is row-invariant, so a row's results do not
     depend on which rows run beside it. On exit, normal or not, the full caches and cross-attention
     states are put back, so the next call neither reallocates the caches nor misses a row's audio.
-    CUDA keeps every row (its row-invariance is unverified)."""
+    Devices whose kernels are not row-invariant keep every row (fixed shapes)."""
 
     def __init__(self, decoders: list, batch: int, device: torch.device):
         self.decoders, self.batch = decoders, batch
-        self.alive = torch.arange(batch, device=device) if device.type == "cpu" else None
+        self.alive = torch.arange(batch, device=device) if device.type in ROW_INVARIANT_DEVICES else None
         self._full = [(block.attn.kv_cache, block.attn.kv_cache.k, block.attn.kv_cache.v, block.cross_attn,
                        block.cross_attn.cross_kv) for decoder in decoders for block in decoder.blocks]
 
@@ -197,6 +206,8 @@ class _Context:
     max_length: int
     max_draft: int
     max_drafting_rows: int | None  # no drafting in a round with more rows decoding; None: no limit
+    fixed_width: int | None  # every main decoder call this many positions wide; None: row-invariant kernels
+    graphs: bool  # decoder steps replayed from CUDA graphs
     live: _LiveRows
 
 
@@ -230,8 +241,13 @@ def _context(main, assistant, options, languages, n_ctx, max_length, device, liv
         generator.manual_seed(options.seed if options.seed is not None else torch.seed())
     max_draft = 0 if assistant is None else (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens)
     max_rows = {"on": None, "off": 0, "auto": AUTO_MAX_ROWS.get(device.type)}[options.speculation]
+    # the widest round either mode can have, whether or not there is an assistant
+    fixed_width = None
+    if device.type not in ROW_INVARIANT_DEVICES:
+        fixed_width = (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens) + 1
+    graphs = options.cuda_graphs and device.type == "cuda"
     return _Context(main, assistant, options, rules, draft_rules, generator, prompt_length, n_ctx, max_length,
-                    max_draft, max_rows, live)
+                    max_draft, max_rows, fixed_width, graphs, live)
 
 
 def _initial_state(context: _Context, languages: list[str]) -> _State:
@@ -255,6 +271,8 @@ def _initial_state(context: _Context, languages: list[str]) -> _State:
 def speculative_decode(context: _Context, state: _State, stats: DecodingStats) -> None:
     """Rounds of draft, verify, accept and advance until every row has ended. Without an
     assistant (k = 0) a round is one main-model step, so both modes share every rule."""
+    if context.fixed_width is not None:
+        prefill(context, state, stats)
     while not bool(state.done.all()):
         active = ~state.done
         context.live.keep(active)
@@ -265,6 +283,28 @@ def speculative_decode(context: _Context, state: _State, stats: DecodingStats) -
         logits, scored = verify(context, state, k, round_drafts, stats)
         n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored, draft_probs)
         advance(context, state, k, round_drafts, n_accepted, next_token, adapt=drafting)
+
+
+def prefill(context: _Context, state: _State, stats: DecodingStats) -> None:
+    """The main model's keys and values of the prompt but its last token, in a call of its own, so
+    that every later main call has the same width (fixed shapes)."""
+    n_prefill = context.prompt_length - 1
+    if n_prefill > 0:
+        positions = torch.arange(n_prefill, device=state.tokens.device).expand(len(state.tokens), -1)
+        context.main.decoder.features(state.tokens[:, :n_prefill], positions)
+        state.main_cached[:] = n_prefill
+        stats.main_forwards += 1
+
+
+def _window_logits(context: _Context, decoder, window: Tensor, positions: Tensor, compact: bool) -> Tensor:
+    """Logits at every position of the window, [batch, width, vocab] (compact: the draft
+    vocabulary's columns), replayed from a CUDA graph where enabled."""
+    def step(window: Tensor, positions: Tensor) -> Tensor:
+        return decoder.logits(decoder.features(window, positions), compact=compact)
+
+    if context.graphs:
+        return step_graphs(decoder)("compact" if compact else "full", step, window, positions)
+    return step(window, positions)
 
 
 def draft(context: _Context, state: _State, k: int, stats: DecodingStats) -> tuple[Tensor, list[Tensor], int]:
@@ -281,11 +321,16 @@ def draft(context: _Context, state: _State, k: int, stats: DecodingStats) -> tup
     for j in range(k):
         current = state.length + j
         width = int((current - state.assistant_cached)[active].max())
-        window, positions = _window(tokens, (current - width).clamp(min=0), width)
-        # the assistant attends to the positions in use only, not the whole cache
-        span = min(int(current.max()) + 1, context.n_ctx)
-        hidden = context.live.features(assistant.decoder, window, positions, span)[:, -1]
-        logits = context.draft_rules(assistant.decoder.logits(hidden, compact=True), tokens, current)
+        if context.graphs:  # one shape for most steps, the whole cache attended
+            window, positions = _window(tokens, (current - width).clamp(min=0), max(width, ASSISTANT_WIDTH))
+            logits = _window_logits(context, assistant.decoder, window, positions, compact=True)[:, width - 1]
+        else:
+            window, positions = _window(tokens, (current - width).clamp(min=0), width)
+            # the assistant attends to the positions in use only, not the whole cache
+            span = min(int(current.max()) + 1, context.n_ctx)
+            hidden = context.live.features(assistant.decoder, window, positions, span)[:, -1]
+            logits = assistant.decoder.logits(hidden, compact=True)
+        logits = context.draft_rules(logits, tokens, current)
         state.assistant_cached = current.clone()
         if context.generator is None:
             choice = logits.argmax(dim=-1)
@@ -311,18 +356,26 @@ def verify(context: _Context, state: _State, k: int, round_drafts: Tensor, stats
     """The main decoder scores each row's last accepted token and every draft in one pass.
     Returns the processed logits only where the round can end, [n_scored, vocab]: each active
     row's drafts and the position after them (scored, [batch, k + 1])."""
-    tokens, length = state.tokens, state.length
+    tokens, length, decoder = state.tokens, state.length, context.main.decoder
     active = ~state.done
     steps = torch.arange(k + 1, device=tokens.device)
-    width = int((length - state.main_cached)[active].max()) + k
-    window, positions = _window(tokens, (length + k - width).clamp(min=0), width)
-    hidden = context.live.features(context.main.decoder, window, positions)[:, -(k + 1):]
-    stats.main_forwards += 1
+    needed = int((length - state.main_cached)[active].max()) + k
+    start = (length + k - needed).clamp(min=0)
     scored = (steps <= round_drafts[:, None]) & active[:, None]
-    flat = scored.view(-1)
-    logits = context.rules(context.main.decoder.logits(hidden[scored]),
-                           tokens.repeat_interleave(k + 1, dim=0)[flat], (length[:, None] + steps).view(-1)[flat])
-    return logits, scored
+    stats.main_forwards += 1
+    if context.fixed_width is None:
+        window, positions = _window(tokens, start, needed)
+        hidden = context.live.features(decoder, window, positions)[:, -(k + 1):]
+        flat = scored.view(-1)
+        logits = context.rules(decoder.logits(hidden[scored]), tokens.repeat_interleave(k + 1, dim=0)[flat],
+                               (length[:, None] + steps).view(-1)[flat])
+        return logits, scored
+    width = max(needed, context.fixed_width)
+    window, positions = _window(tokens, start, width)
+    logits = _window_logits(context, decoder, window, positions, compact=False)
+    # each position's logits are for the token after it
+    logits = context.rules(logits.flatten(0, 1), tokens.repeat_interleave(width, dim=0), (positions + 1).view(-1))
+    return logits.view(len(tokens), width, -1)[:, needed - k - 1 : needed][scored], scored
 
 
 def accept(context: _Context, state: _State, k: int, round_drafts: Tensor, logits: Tensor, scored: Tensor,

@@ -41,8 +41,9 @@ def detect_languages(pair: WhisperPair, mel: Tensor) -> list[str]:
 def assistant_frames(assistant: Whisper, mel: Tensor) -> int | None:
     """The encoder frames the assistant attends to for this batch (None: all): up to the end of
     the longest audio plus its margin. Its drafts need not be exact, and skipping the padding
-    after short audio halves the bytes its cross-attention reads."""
-    if assistant.audio_frame_margin is None:
+    after short audio halves the bytes its cross-attention reads on CPU. On GPUs, where steps are
+    captured as CUDA graphs, one shape for every batch counts for more: all frames."""
+    if assistant.audio_frame_margin is None or assistant.decoder.positional_embedding.device.type != "cpu":
         return None
     n_audio_ctx = assistant.dims.n_audio_ctx
     frames = -(-int(signal_frames(mel).max()) * n_audio_ctx // mel.shape[-1])

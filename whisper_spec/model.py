@@ -30,6 +30,12 @@ class ModelDims:
     n_text_ffn: int
 
 
+# Devices where a decoder position's result does not depend on how many positions one call computes
+# (packed oneDNN linears, attention one query at a time: see Decoder.features). Elsewhere (cuBLAS,
+# fused attention and reductions choose algorithms by shape) decoding gives every main call one shape.
+ROW_INVARIANT_DEVICES = {"cpu"}
+
+
 def _onednn_packed(weight: Tensor) -> Tensor | None:
     """oneDNN's blocked copy of a float32 CPU weight, None where oneDNN does not run.
 
@@ -198,7 +204,17 @@ class DecoderAttention(nn.Module):
     def set_cross(self, encoder_states: Tensor, dtype: torch.dtype) -> None:
         # contiguous per (row, head): a strided copy would make every batched step copy them again
         k, v = self.kv(encoder_states).chunk(2, dim=-1)
-        self.cross_kv = tuple(_split_heads(t, self.n_head).to(dtype).contiguous() for t in (k, v))
+        new = tuple(_split_heads(t, self.n_head).to(dtype).contiguous() for t in (k, v))
+        old = self.cross_kv
+        # on CUDA, into the old tensors where they fit (not views of another decoder's): captured
+        # CUDA graphs of this decoder's steps read them there
+        if old is not None and torch.is_inference_mode_enabled() and all(
+                o.is_cuda and o.is_inference() and o._base is None and o.shape == n.shape and o.dtype == n.dtype
+                and o.device == n.device for o, n in zip(old, new)):
+            for o, n in zip(old, new):
+                o.copy_(n)
+        else:
+            self.cross_kv = new
 
     def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, by_query: bool) -> Tensor:
         if self.cross:

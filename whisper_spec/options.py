@@ -28,6 +28,7 @@ class DecodingOptions:
     # are decoding than drafting is measured to pay for on the device (decoding.AUTO_MAX_ROWS)
     speculation: str = "auto"
     seed: int | None = None  # for sampling
+    cuda_graphs: bool = True  # on CUDA, replay decoder steps from CUDA graphs (same tokens, fewer launches)
 
     def __post_init__(self):
         if self.task not in ("transcribe", "translate"):
@@ -101,3 +102,4 @@ class BenchOptions:
     draft_confidence: float = DecodingOptions.draft_confidence
     speculation: str = DecodingOptions.speculation  # of the speculative configurations
     task: str = "transcribe"
+    cuda_graphs: bool = DecodingOptions.cuda_graphs

@@ -51,7 +51,8 @@ class Run:
 
 def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, options: BenchOptions):
     decoding = DecodingOptions(task=options.task, draft_tokens=options.draft_tokens,
-                               draft_confidence=options.draft_confidence, speculation=options.speculation)
+                               draft_confidence=options.draft_confidence, speculation=options.speculation,
+                               cuda_graphs=options.cuda_graphs)
     tokens, texts, stats, per_utterance = [], [], DecodingStats(), []
     for rows in batches(len(utterances), config.batch_size):
         batch = [utterances[i] for i in rows]

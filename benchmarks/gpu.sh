@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU check in one command: on a CUDA machine, in about 10 minutes, everything under OUT:
+#   cuda_tests.txt  pytest -m cuda: speculative == main-only in float16 and bfloat16 at batch 1-4 (real base
+#                   + shipped assistant, random models), text and timestamps, CUDA graphs against eager,
+#                   the int8 kernel on CUDA, a pre-quantized directory building no float decoder weight
+#   librispeech/    whisper-spec bench on the 78 LibriSpeech clips, --device cuda, float16 and --int8,
+#                   batch 1 and 4, with the transformers and faster-whisper peers where installed
+#   memory.json     GPU memory of the loaded pair and peak while decoding, float16 against int8
+#   summary.md      one table of all of it, with the targets (also printed)
+# Usage:
+#   benchmarks/gpu.sh [OUT]        default OUT: benchmarks/results/gpu_<GPU name>
+#   benchmarks/gpu.sh --dry OUT    CPU, 2 clips, no CUDA tests: the script's own check (the test suite runs it)
+# WHISPER_SPEC_SPEECH=DIR: the shared speech folder where ../shared/data/speech is not beside the checkout.
+# Exits 1 if a CUDA test or the exactness check failed; every part runs regardless.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+dry=0
+if [ "${1:-}" = --dry ]; then dry=1; shift; fi
+speech=${WHISPER_SPEC_SPEECH:-../shared/data/speech}
+if [ $dry = 1 ]; then
+  out=${1:?--dry needs an output folder}
+  device=cpu bench=(--limit 2 --repeats 1 --peers faster-whisper) memory=(--limit 2)
+else
+  gpu=$(python -c 'import torch; print(torch.cuda.get_device_name().split()[1].lower())') || exit 1
+  out=${1:-benchmarks/results/gpu_$gpu}
+  device=cuda bench=() memory=()
+fi
+mkdir -p "$out"
+status=0
+if [ $dry = 0 ]; then
+  python -m pytest -m cuda -q -p no:cacheprovider tests 2>&1 | tee "$out/cuda_tests.txt" || status=1
+fi
+whisper-spec bench "$speech/manifest.jsonl" --set librispeech --device $device --int8 "${bench[@]}" \
+  --output-dir "$out/librispeech" 2>&1 | tee "$out/bench.log" || status=1
+python benchmarks/gpu_memory.py --device $device "${memory[@]}" --output "$out/memory.json" > /dev/null || status=1
+python benchmarks/gpu_summary.py "$out" | tee "$out/summary.md" || status=1
+exit $status

@@ -1,0 +1,73 @@
+"""One table from a GPU check's folder (benchmarks/gpu.sh): the CUDA tests' outcome, speed and WER
+per configuration, memory float against int8, and the issue's targets next to what was measured.
+Usage: python benchmarks/gpu_summary.py OUT  (prints markdown)"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _run(report: dict, name: str) -> dict | None:
+    return next((c for c in report["configs"] if c["name"] == name), None)
+
+
+def _ratio(a: dict | None, b: dict | None, key: str) -> float | None:
+    if a is None or b is None or not a.get(key) or not b.get(key):
+        return None
+    return b[key] / a[key]
+
+
+def _fmt(value, pattern: str = "{:.2f}x") -> str:
+    return "—" if value is None else pattern.format(value)
+
+
+def summary(folder: Path) -> str:
+    lines = [f"# GPU check: {folder.name}", ""]
+    tests = folder / "cuda_tests.txt"
+    if tests.is_file():
+        tail = [line for line in tests.read_text().splitlines() if line.strip()]
+        lines += [f"CUDA tests: {tail[-1] if tail else 'no output'}", ""]
+    else:
+        lines += ["CUDA tests: not run (dry mode)", ""]
+    report = json.loads((folder / "librispeech" / "report.json").read_text())
+    machine = report["machine"]
+    check = "passed" if report["check"]["passed"] else f"FAILED: {report['check']['failures']}"
+    lines += [f"device: {machine.get('gpu', machine['device'])}, torch {machine['torch']}, "
+              f"{report['data']['utterances']} utterances, exactness check {check}", ""]
+    lines += ["| configuration | time (s) | decoding (s) | WER (%) | speedup | decoding speedup | acceptance | identical |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in report["configs"]:
+        lines.append(f"| {c['name']} | {c['total_seconds']:.1f} | {_fmt(c.get('decoding_seconds'), '{:.1f}')} | "
+                     f"{100 * c['wer']:.2f} | {_fmt(c.get('speedup'))} | {_fmt(c.get('decoding_speedup'))} | "
+                     f"{_fmt(c.get('acceptance'), '{:.3f}')} | {_fmt(c.get('identical_fraction'), '{:.0%}')} |")
+    targets = [
+        ("speculative b1 / main b1, decoding", _ratio(_run(report, "speculative b1"), _run(report, "main b1"),
+                                                       "decoding_seconds"), 2.0),
+        ("speculative b4 / main b4, decoding", _ratio(_run(report, "speculative b4"), _run(report, "main b4"),
+                                                       "decoding_seconds"), 1.3),
+        ("speculative b1 / transformers assisted b1, end to end",
+         _ratio(_run(report, "speculative b1"), _run(report, "transformers assisted b1"), "total_seconds"), 2.0),
+    ]
+    memory_file = folder / "memory.json"
+    if memory_file.is_file():
+        memory = json.loads(memory_file.read_text())
+        lines += ["", "| memory | loaded pair (MiB) | decoder weights (MiB) | peak decoding (MiB) |", "|---|---:|---:|---:|"]
+        for name, run in memory["runs"].items():
+            lines.append(f"| {name} ({run['dtype']}{', int8 ' + str(run['int8_kernel']) if run['int8'] else ''}) | "
+                         f"{run['loaded_bytes'] / 2**20:.0f} | {run['decoder_weight_bytes'] / 2**20:.0f} | "
+                         f"{run['peak_decoding_bytes'] / 2**20:.0f} |")
+        reduction = memory["int8_reduction"]
+        targets += [("int8: lower decoder weight memory", reduction.get("decoder_weight_bytes"), 0.35),
+                    ("int8: lower peak while decoding", reduction.get("peak_decoding_bytes"), 0.20)]
+    lines += ["", "| target | measured | wanted |", "|---|---:|---:|"]
+    for name, value, wanted in targets:
+        percent = name.startswith("int8")
+        shown = _fmt(value, "{:.0%}") if percent else _fmt(value)
+        lines.append(f"| {name} | {shown} | {'>= ' + (f'{wanted:.0%}' if percent else f'{wanted:.1f}x')} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(summary(Path(sys.argv[1])), end="")

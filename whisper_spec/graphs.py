@@ -1,0 +1,85 @@
+"""CUDA graphs of decoder steps: a batch-1 step of a small decoder is a few hundred kernel launches
+of microseconds each, so on a GPU the launches, not the arithmetic, set its time (gpt-fast's
+lesson). A step is captured once per input shape and replayed; replays run the captured kernels,
+so their results are the eager step's, bit for bit.
+
+A captured step reads and writes the memory it was captured with: the decoder's KV caches and
+cross-attention states must stay where they are (the caches are reused while the batch shape
+holds, and `DecoderAttention.set_cross` copies new states into the old ones), and the key of a
+graph includes their addresses and shapes, so a step whose buffers moved is captured anew.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+
+def buffer_layout(decoder) -> tuple:
+    """Where the decoder's caches and cross-attention states lie, and their shapes."""
+    layout = []
+    for block in decoder.blocks:
+        cache, cross = block.attn.kv_cache, block.cross_attn.cross_kv or ()
+        layout += [(t.data_ptr(), tuple(t.shape)) for t in ((cache.k, cache.v) if cache is not None else ()) + tuple(cross)]
+    return tuple(layout)
+
+
+class _Captured:
+    def __init__(self, fn: Callable[..., Tensor], inputs: tuple[Tensor, ...], pool):
+        self.inputs = tuple(x.clone() for x in inputs)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up off the capture, as CUDA graphs require
+            fn(*self.inputs)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=pool):
+            self.output = fn(*self.inputs)
+
+    def __call__(self, inputs: tuple[Tensor, ...]) -> Tensor:
+        for static, x in zip(self.inputs, inputs):
+            static.copy_(x)
+        self.graph.replay()
+        return self.output.clone()  # the next replay overwrites the static output
+
+
+class StepGraphs:
+    """One decoder's captured steps, kept across batches. A capture that fails (an op that cannot be
+    captured, too little memory) is reported once, and the decoder's steps run eagerly from then on."""
+
+    def __init__(self, decoder):
+        self.decoder = weakref.ref(decoder)
+        self.failed = False
+        self._graphs: dict[tuple, _Captured] = {}
+        self._pool = None
+
+    def __call__(self, name: str, fn: Callable[..., Tensor], *inputs: Tensor) -> Tensor:
+        if self.failed:
+            return fn(*inputs)
+        key = (name, tuple(x.shape for x in inputs), buffer_layout(self.decoder()))
+        captured = self._graphs.get(key)
+        if captured is None:
+            try:
+                if self._pool is None:
+                    self._pool = torch.cuda.graph_pool_handle()
+                captured = self._graphs[key] = _Captured(fn, inputs, self._pool)
+            except Exception as error:  # noqa: BLE001 - any capture failure: eager is always correct
+                warnings.warn(f"CUDA graphs turned off: capturing a decoder step failed ({error})", stacklevel=2)
+                self.failed = True
+                self._graphs.clear()
+                return fn(*inputs)
+        return captured(inputs)
+
+
+_STEP_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def step_graphs(decoder) -> StepGraphs:
+    """The decoder's captured steps (made at first use)."""
+    if decoder not in _STEP_GRAPHS:
+        _STEP_GRAPHS[decoder] = StepGraphs(decoder)
+    return _STEP_GRAPHS[decoder]
