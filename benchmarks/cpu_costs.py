@@ -1,0 +1,114 @@
+"""Where CPU time goes, per 30 s window and per decoder step, next to CTranslate2 on the same weights.
+
+Times, interleaved over repeats (medians): the encoder per window (ours float32; CTranslate2 float32
+and int8 where installed) and the main decoder per step, main-only greedy on LibriSpeech clips,
+float32 and int8 (bfloat16 activations), plus the ops that take the step's time (torch profiler,
+self time per step) and their sum: a step's time beyond it is Python and dispatch between the ops.
+The numbers that decide what to make faster next.
+
+    python benchmarks/cpu_costs.py --clips 8 --output benchmarks/results/cpu_costs.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from _common import SPEECH, manifest_rows, write_report
+
+from whisper_spec.audio import batch_features, load_audio
+from whisper_spec.bench.metrics import machine_info
+from whisper_spec.decoding import decode_encoded, decode_windows
+from whisper_spec.encoding import encode
+from whisper_spec.load import load_pair
+from whisper_spec.options import DecodingOptions
+from whisper_spec.sources import ct2_source
+from whisper_spec.stats import DecodingStats
+
+
+def _encoder_seconds(pair, mel: torch.Tensor) -> float:
+    start = time.perf_counter()
+    with torch.inference_mode():
+        pair.main.encoder(mel)
+    return time.perf_counter() - start
+
+
+def _ct2_encoders(model: str) -> dict:
+    try:
+        import ctranslate2
+    except ImportError:
+        return {}
+    source = ct2_source(model)
+    return {f"ctranslate2 {kind}": ctranslate2.models.Whisper(str(source), device="cpu", compute_type=kind,
+                                                              intra_threads=torch.get_num_threads())
+            for kind in ("float32", "int8")} if source else {}
+
+
+def _step_costs(pair, mels: list[torch.Tensor], top: int) -> dict:
+    """ms per main forward (decoding seconds over main forwards, unprofiled), and the top ops' self
+    time per step (profiled apart, the encoder left out)."""
+    options = DecodingOptions(language="en", speculation="off")
+    decode_windows(pair, mels[0], options)  # warm-up
+    seconds = forwards = 0
+    for mel in mels:
+        _, stats = decode_windows(pair, mel, options)
+        seconds, forwards = seconds + stats.decoding_seconds, forwards + stats.main_forwards
+    profiled_forwards, ops = 0, {}
+    for mel in mels:
+        encode(pair, mel, None, DecodingStats())
+        with torch.profiler.profile() as profile:
+            _, stats = decode_encoded(pair, 1, options)
+        profiled_forwards += stats.main_forwards
+        for event in profile.key_averages():
+            total = ops.setdefault(event.key, [0.0, 0])
+            total[0] += event.self_cpu_time_total / 1000
+            total[1] += event.count
+    ranked = sorted(ops.items(), key=lambda item: -item[1][0])[:top]
+    # what the ops' own time leaves of a step: Python and dispatch between them
+    ops_ms = sum(ms for ms, _ in ops.values()) / profiled_forwards
+    return {"ms_per_main_forward": 1000 * seconds / forwards, "main_forwards": forwards,
+            "ops_ms_per_step": round(ops_ms, 3), "op_calls_per_step": round(sum(c for _, c in ops.values()) / profiled_forwards, 1),
+            "top_ops_ms_per_step": [{"op": name, "ms": round(ms / profiled_forwards, 3),
+                                     "calls": round(calls / profiled_forwards, 1)} for name, (ms, calls) in ranked]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="base")
+    parser.add_argument("--clips", type=int, default=8, help="LibriSpeech clips (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--top", type=int, default=12, help="ops listed per step (default: %(default)s)")
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args()
+
+    clips = [SPEECH / r["path"] for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
+    pairs = {"float32": load_pair(args.model, None), "int8": load_pair(args.model, None, int8=True, dtype="bfloat16")}
+    mels = [batch_features([load_audio(p)], pairs["float32"].main.dims.n_mels) for p in clips]
+    encoders = _ct2_encoders(args.model)
+    times: dict[str, list[float]] = {"whisper-spec float32": [], **{name: [] for name in encoders}}
+    features = {name: __import__("ctranslate2").StorageView.from_array(np.ascontiguousarray(mels[0].numpy()))
+                for name in encoders}
+    for name, encoder in encoders.items():
+        encoder.encode(features[name])  # warm-up
+    _encoder_seconds(pairs["float32"], mels[0])
+    for _ in range(args.repeats):
+        for mel in mels[:3]:
+            times["whisper-spec float32"].append(_encoder_seconds(pairs["float32"], mel))
+            for name, encoder in encoders.items():
+                start = time.perf_counter()
+                encoder.encode(features[name])
+                times[name].append(time.perf_counter() - start)
+    report = {
+        "machine": machine_info(torch.device("cpu")), "model": args.model, "clips": len(clips),
+        "encoder_seconds_per_window": {name: statistics.median(t) for name, t in times.items()},
+        "decoder": {name: _step_costs(pair, mels, args.top) for name, pair in pairs.items()},
+    }
+    return write_report(report, args.output)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
