@@ -48,6 +48,12 @@ def _ct2_encoders(model: str) -> dict:
             for kind in ("float32", "int8")} if source else {}
 
 
+def _storage_view(mel: torch.Tensor):
+    import ctranslate2
+
+    return ctranslate2.StorageView.from_array(np.ascontiguousarray(mel.numpy()))
+
+
 def _step_costs(pair, mels: list[torch.Tensor], top: int) -> dict:
     """ms per main forward (decoding seconds over main forwards, unprofiled), and the top ops' self
     time per step (profiled apart, the encoder left out)."""
@@ -89,18 +95,17 @@ def main() -> int:
     pairs = {"float32": load_pair(args.model, None), "int8": load_pair(args.model, None, int8=True, dtype="bfloat16")}
     mels = [batch_features([load_audio(p)], pairs["float32"].main.dims.n_mels) for p in clips]
     encoders = _ct2_encoders(args.model)
+    ct2_features = [_storage_view(mel) for mel in mels[:3]] if encoders else [None] * len(mels[:3])
     times: dict[str, list[float]] = {"whisper-spec float32": [], **{name: [] for name in encoders}}
-    features = {name: __import__("ctranslate2").StorageView.from_array(np.ascontiguousarray(mels[0].numpy()))
-                for name in encoders}
     for name, encoder in encoders.items():
-        encoder.encode(features[name])  # warm-up
+        encoder.encode(ct2_features[0])  # warm-up
     _encoder_seconds(pairs["float32"], mels[0])
     for _ in range(args.repeats):
-        for mel in mels[:3]:
+        for mel, features in zip(mels[:3], ct2_features):
             times["whisper-spec float32"].append(_encoder_seconds(pairs["float32"], mel))
             for name, encoder in encoders.items():
                 start = time.perf_counter()
-                encoder.encode(features[name])
+                encoder.encode(features)
                 times[name].append(time.perf_counter() - start)
     report = {
         "machine": machine_info(torch.device("cpu")), "model": args.model, "clips": len(clips),

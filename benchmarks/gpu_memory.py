@@ -38,13 +38,15 @@ def measure(device: torch.device, dtype: str, int8: bool, clips: list[Path]) -> 
     before = allocated(device)
     pair = load_pair("base", "default", device=device, dtype=dtype, int8=int8)
     loaded = allocated(device) - before
-    decoder_bytes = weight_bytes(pair.main.decoder) + weight_bytes(pair.assistant.decoder)  # shared storage once
+    main_bytes = weight_bytes(pair.main.decoder)
+    # both decoders in one count, so the tensors the assistant shares with the main model count once
+    decoder_bytes = weight_bytes(torch.nn.ModuleList([pair.main.decoder, pair.assistant.decoder]))
     with PeakMemory(device) as memory:
         for start in range(0, len(clips), 4):
             mel, _ = pair_features(pair, [load_audio(p) for p in clips[start : start + 4]])
             decode_windows(pair, mel, DecodingOptions(language="en"))
     result = {"dtype": dtype, "int8": int8, "int8_kernel": pair.int8_kernel, "loaded_bytes": loaded,
-              "main_decoder_weight_bytes": weight_bytes(pair.main.decoder),
+              "main_decoder_weight_bytes": main_bytes,
               "decoder_weight_bytes": decoder_bytes, "peak_decoding_bytes": memory.peak - before,
               "peak_kind": "cuda_max_allocated" if device.type == "cuda" else "process_rss"}
     del pair

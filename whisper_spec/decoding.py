@@ -321,11 +321,12 @@ def draft(context: _Context, state: _State, k: int, stats: DecodingStats) -> tup
     for j in range(k):
         current = state.length + j
         width = int((current - state.assistant_cached)[active].max())
-        if context.graphs:  # one shape for most steps, the whole cache attended
-            window, positions = _window(tokens, (current - width).clamp(min=0), max(width, ASSISTANT_WIDTH))
+        # with CUDA graphs: one shape for most steps, the whole cache attended
+        window, positions = _window(tokens, (current - width).clamp(min=0),
+                                    max(width, ASSISTANT_WIDTH) if context.graphs else width)
+        if context.graphs:
             logits = _window_logits(context, assistant.decoder, window, positions, compact=True)[:, width - 1]
         else:
-            window, positions = _window(tokens, (current - width).clamp(min=0), width)
             # the assistant attends to the positions in use only, not the whole cache
             span = min(int(current.max()) + 1, context.n_ctx)
             hidden = context.live.features(assistant.decoder, window, positions, span)[:, -1]
@@ -360,18 +361,16 @@ def verify(context: _Context, state: _State, k: int, round_drafts: Tensor, stats
     active = ~state.done
     steps = torch.arange(k + 1, device=tokens.device)
     needed = int((length - state.main_cached)[active].max()) + k
-    start = (length + k - needed).clamp(min=0)
+    width = max(needed, context.fixed_width or 0)
+    window, positions = _window(tokens, (length + k - needed).clamp(min=0), width)
     scored = (steps <= round_drafts[:, None]) & active[:, None]
     stats.main_forwards += 1
     if context.fixed_width is None:
-        window, positions = _window(tokens, start, needed)
-        hidden = context.live.features(decoder, window, positions)[:, -(k + 1):]
+        hidden = context.live.features(decoder, window, positions)[:, needed - k - 1 : needed]
         flat = scored.view(-1)
         logits = context.rules(decoder.logits(hidden[scored]), tokens.repeat_interleave(k + 1, dim=0)[flat],
                                (length[:, None] + steps).view(-1)[flat])
         return logits, scored
-    width = max(needed, context.fixed_width)
-    window, positions = _window(tokens, start, width)
     logits = _window_logits(context, decoder, window, positions, compact=False)
     # each position's logits are for the token after it
     logits = context.rules(logits.flatten(0, 1), tokens.repeat_interleave(width, dim=0), (positions + 1).view(-1))
