@@ -7,6 +7,10 @@ transcripts (Whisper's English normalizer with the spelling table). The two mode
 by file (and which goes first alternates too), so a drift in the machine's speed during the run
 weighs on both alike; windows are batched within a file.
 
+Quality of the long-form output: per file, where its last segment ends against where its last
+speech does (the last 10 ms with a sample above -34 dBFS), and for the LibriSpeech chapters the
+stitched WER against the WER of the same utterances decoded one by one.
+
     python benchmarks/longform.py --batch-sizes 1,2,4 --output benchmarks/results/longform_cpu.json
 """
 
@@ -17,7 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 from _common import SPEECH, manifest_rows, progress, write_report
+
+from whisper_spec.audio import SAMPLE_RATE, load_audio
 
 from whisper_spec.bench.metrics import machine_info, word_error_rate
 from whisper_spec.load import load_pair
@@ -51,6 +58,7 @@ def main() -> int:
         entry = {"batch_size": batch}
         seconds = {"main": 0.0, "speculative": 0.0}
         texts = {"main": [], "speculative": []}
+        ends = []
         stats = []
         for index, path in enumerate(paths):
             modes = [("main", False), ("speculative", True)]
@@ -61,6 +69,7 @@ def main() -> int:
                 texts[name].append(result.text)
                 if use:
                     stats.append(result.stats)
+                    ends.append(result.segments[-1].end if result.segments else 0.0)
         drafted = sum(s.drafted for s in stats)
         entry["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
         for name in seconds:
@@ -70,9 +79,32 @@ def main() -> int:
             entry[f"{name}_wer"] = word_error_rate([a for a, _ in labeled], [b for _, b in labeled], ["en"] * len(labeled))
         entry["speedup"] = entry["main_seconds"] / entry["speculative_seconds"]
         entry["identical_fraction"] = sum(a == b for a, b in zip(texts["main"], texts["speculative"])) / len(paths)
+        entry["last_segment_end_minus_last_speech"] = {
+            path.name: round(end - _last_speech(path), 2) for path, end in zip(paths, ends)}
         report["results"].append(entry)
         progress(entry)
+    report["seams"] = _seams(pair, options, files, texts["main"])
     return write_report(report, args.output)
+
+
+def _last_speech(path: Path) -> float:
+    """Seconds to the end of the last 10 ms holding a sample above 0.02 (-34 dBFS)."""
+    audio = load_audio(str(path))
+    loud = np.flatnonzero(np.abs(audio) > 0.02)
+    return float(-(-(loud[-1] + 1) // (SAMPLE_RATE // 100)) / 100) if len(loud) else 0.0
+
+
+def _seams(pair, options: DecodingOptions, files: list[dict], stitched: list[str]) -> dict:
+    """Stitched WER of the LibriSpeech chapters against their utterances decoded one by one."""
+    utterances = {r["utt_id"]: r for r in manifest_rows() if r["set"] == "librispeech"}
+    chapters = [(f, text) for f, text in zip(files, stitched) if f.get("utt_ids")]
+    parts = [SPEECH / utterances[u]["path"] for f, _ in chapters for u in f["utt_ids"]]
+    separate = {r.path: r.text for r in transcribe(pair, parts, options, use_assistant=False)}
+    joined = [" ".join(separate[str(SPEECH / utterances[u]["path"])] for u in f["utt_ids"]) for f, _ in chapters]
+    references = [f["text"] for f, _ in chapters]
+    return {"chapters": len(chapters),
+            "stitched_wer": word_error_rate(references, [text for _, text in chapters], ["en"] * len(chapters)),
+            "separate_utterances_wer": word_error_rate(references, joined, ["en"] * len(chapters))}
 
 
 if __name__ == "__main__":

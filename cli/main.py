@@ -72,6 +72,9 @@ def _setup(args, formats: list[str]):
         DecodingOptions, task=args.task, language=args.language, temperature=args.temperature, timestamps=timestamps,
         draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, adaptive_draft=args.adaptive_draft,
         speculation=args.speculation, seed=args.seed, cuda_graphs=args.cuda_graphs,
+        word_timestamps=args.word_timestamps or args.max_words_per_line is not None,
+        no_speech_threshold=args.no_speech_threshold, logprob_threshold=args.logprob_threshold,
+        compression_ratio_threshold=args.compression_ratio_threshold,
     )
     chunking = _options(ChunkingOptions, chunk_length=args.chunk_length, overlap=args.overlap)
     pair = load_from_args(args, note)
@@ -108,7 +111,8 @@ def cmd_transcribe(args) -> int:
             progress.file_done(result.path)
             if args.output_dir is not None:
                 try:
-                    for path in write_outputs(result, args.output_dir, formats, name=names[result.path]):
+                    for path in write_outputs(result, args.output_dir, formats, name=names[result.path],
+                                              max_words_per_line=args.max_words_per_line):
                         if not args.quiet:
                             progress.write(f"{PROG}: wrote {path}")
                 except OSError as error:
@@ -116,7 +120,7 @@ def cmd_transcribe(args) -> int:
                     progress.write(f"{PROG}: error: {result.path}: cannot write its output ({error})")
                 continue
             for fmt in formats:
-                text = render(result, fmt)
+                text = render(result, fmt, args.max_words_per_line)
                 if several and fmt == "txt" and len(formats) == 1:
                     text = f"{result.path}: {text}"
                 elif several:  # which file and format each block is, as head(1) marks files
@@ -142,7 +146,7 @@ def cmd_batch(args) -> int:
     options, chunking, pair, note = _setup(args, formats)
     try:
         summary = run_batch(pair, jobs, args.output_dir, formats, options, batch_size=args.batch_size,
-                            chunking=chunking, progress=not args.quiet)
+                            chunking=chunking, progress=not args.quiet, max_words_per_line=args.max_words_per_line)
     except KeyboardInterrupt:
         try:
             done = json.loads((args.output_dir / SUMMARY_FILE).read_text())["done"]

@@ -39,6 +39,16 @@ def positive_int(value: str) -> int:
     return number
 
 
+def _optional_float(value: str) -> float | None:
+    """An argparse type: a number, or 'none'."""
+    if value.lower() == "none":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number or 'none'") from None
+
+
 def _add_draft_options(group) -> None:
     group.add_argument("--draft-tokens", "-k", type=int, default=DecodingOptions.draft_tokens,
                        help="most tokens the assistant drafts per round (default: %(default)s)")
@@ -85,6 +95,18 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
                        help="per row: draft 2 more after full acceptance, 1 fewer after a rejection")
     group.add_argument("--timestamps", action=argparse.BooleanOptionalAction, default=None,
                        help="predict segment timestamps (default: on for srt and vtt output)")
+    group.add_argument("--word-timestamps", action="store_true",
+                       help="time every word (json: each segment's words with start, end and probability)")
+    group.add_argument("--no-speech-threshold", type=_optional_float, default=DecodingOptions.no_speech_threshold,
+                       help="a window whose no-speech probability exceeds this, with an average log-probability "
+                            "at most --logprob-threshold, yields no text; 'none': never (default: %(default)s)")
+    group.add_argument("--logprob-threshold", type=_optional_float, default=DecodingOptions.logprob_threshold,
+                       help="see --no-speech-threshold; 'none': the no-speech probability alone decides "
+                            "(default: %(default)s)")
+    group.add_argument("--compression-ratio-threshold", type=_optional_float,
+                       default=DecodingOptions.compression_ratio_threshold,
+                       help="a text that compresses better than this (a loop) does not save a window from the "
+                            "no-speech rule; 'none': only the log-probability does (default: %(default)s)")
     group.add_argument("--chunk-length", type=float, default=ChunkingOptions.chunk_length,
                        help="seconds per window for audio longer than one window (default: %(default)s)")
     group.add_argument("--overlap", type=float, default=ChunkingOptions.overlap,
@@ -100,6 +122,8 @@ def _add_output_options(parser: argparse.ArgumentParser, output_dir_required: bo
     else:
         out.add_argument("--output-dir", "-o", type=Path, default=None,
                          help="write DIR/<name>.<format> per file instead of printing")
+    out.add_argument("--max-words-per-line", type=positive_int, default=None, metavar="N",
+                     help="srt and vtt cues of at most N words, timed by their words (implies --word-timestamps)")
     out.add_argument("--quiet", "-q", action="store_true", help="no progress bar or notes")
 
 

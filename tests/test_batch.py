@@ -13,8 +13,8 @@ from whisper_spec.pair import WhisperPair, decoder_subset
 
 
 def test_inputs_folder_glob_and_manifest():
-    folder = collect_jobs(str(SPEECH / "multilingual"))
-    assert len(folder) == 21 and folder[0].name == "de/picovoice_test_de"
+    folder = collect_jobs(str(SPEECH / "fleurs"))
+    assert len(folder) == 35 and folder[0].name == "fleurs-de-000"
     pattern = collect_jobs(str(SPEECH / "multilingual" / "*" / "vl*.flac"))
     assert [j.name for j in pattern] == [f"nl/{j.path.stem}" for j in pattern] and len(pattern) == 5
     listed = collect_jobs(str(SPEECH / "manifest.jsonl"))
@@ -31,7 +31,7 @@ def pair(base_pair):
 
 
 def test_batch_job_resumes_and_records_failures(pair, tmp_path):
-    rows = [r for r in manifest() if r["set"] in ("thorsten_de", "dutch_vl_tts", "mls_polish", "picovoice_multilingual")]
+    rows = [r for r in manifest() if r["set"] in ("thorsten_de", "dutch_vl_tts", "mls_polish", "fleurs_es")]
     rows = rows[:6] + [r for r in manifest() if r["set"] == "librispeech"][:2] + rows[6:12]
     corrupt = tmp_path / "broken.flac"
     corrupt.write_bytes(np.random.default_rng(1).bytes(3000))

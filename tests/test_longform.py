@@ -3,7 +3,9 @@
 import json
 
 import jiwer
+import numpy as np
 import pytest
+import soundfile
 from conftest import SPEECH, manifest, speech
 
 from whisper_spec.audio import SAMPLE_RATE
@@ -81,6 +83,22 @@ def test_speculative_long_form_equals_main_only(long_pair, batch_size):
         assert b.segments[-1].end <= b.duration + 1e-6
         assert all(x.end <= y.start + 1e-6 for x, y in zip(b.segments, b.segments[1:]))
     assert speculative[2].duration == pytest.approx(128.486, abs=0.01)
+
+
+def test_the_end_of_a_recording_is_transcribed(long_pair):
+    """This chapter's last window ends its text ~5 s before the audio (the last sentence left for a
+    next window that does not exist): the rest is decoded again, in both modes alike."""
+    path = speech("longform/librispeech-test-other_2414-128291_0000-0009.flac")
+    audio, rate = soundfile.read(path, dtype="float32")
+    loud = np.flatnonzero(np.abs(audio) > 0.02)
+    last_speech = (loud[-1] + 1) / rate
+    options = DecodingOptions(language="en", speculation="on")
+    main_only, speculative = (next(transcribe(long_pair, [path], options, batch_size=4, use_assistant=use))
+                              for use in (False, True))
+    assert [(s.start, s.end, s.text) for s in main_only.segments] == [(s.start, s.end, s.text) for s in speculative.segments]
+    assert main_only.stats.windows == 4  # three planned windows and the tail
+    assert abs(main_only.segments[-1].end - last_speech) <= 2.0
+    assert main_only.text.lower().rstrip(".").endswith("behold this kind")  # the reference: "BEHOLD THESE KINE"
 
 
 def test_stitched_wer_stays_close_to_separate_utterances(base_pair):

@@ -1,10 +1,12 @@
 """Our decoding loop (main model alone) gives transformers' greedy `generate` tokens, token for token."""
 
+import numpy as np
 import pytest
 import torch
 from conftest import mel_of, speech
 from transformers import WhisperForConditionalGeneration
 
+from whisper_spec.audio import log_mel_spectrogram, pad_or_trim
 from whisper_spec.decoding import decode_windows
 from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions
@@ -14,8 +16,8 @@ CLIPS = {
     "de": "multilingual/de/thorsten_2b0d202fa8b36fa7b01322fa78225358.flac",
     "nl": "multilingual/nl/vl09647.flac",
     "pl": "multilingual/pl/mls_1889_1447_000001.flac",
-    "es": "multilingual/es/picovoice_test_es.flac",
-    "ja": "multilingual/ja/picovoice_test_ja.flac",
+    "es": "fleurs/fleurs-es-000.ogg",
+    "fr": "fleurs/fleurs-fr-000.ogg",
 }
 
 
@@ -42,6 +44,29 @@ def test_base_matches_transformers_generate(base_pair, hf_base, timestamps):
         expected = reference_tokens(hf_base, mel[row : row + 1], language=language, return_timestamps=timestamps)
         assert result.tokens == expected, f"{language}: tokens differ from transformers generate"
         assert len(result.tokens) > 3
+
+
+def test_no_speech_probability_and_average_logprob_are_whispers(base_pair, hf_base):
+    """The no-speech rule's two inputs, against transformers' logits: P(<|nocaptions|>) after SOT
+    alone, and the mean log-probability of the tokens and the end of text (suppressed tokens
+    excluded from the normaliser, as the decoding rules do), over tokens + 1."""
+    noise = torch.from_numpy(np.random.default_rng(0).standard_normal(16000 * 5).astype(np.float32) * 0.03)
+    mel = torch.cat([log_mel_spectrogram(pad_or_trim(noise)[None], 80), mel_of([speech(CLIPS["en"])])])
+    special = base_pair.main.special
+    ours, _ = decode_windows(base_pair, mel, DecodingOptions(language="en", no_speech_threshold=0.0),
+                             use_assistant=False)
+    assert ours[0].no_speech and not ours[1].no_speech  # the noise is judged silent, the speech is not
+    for row, result in enumerate(ours):
+        prompt = special.prompt("en", "transcribe", timestamps=False)
+        sequence = torch.tensor([prompt + result.tokens + [special.eot]])
+        with torch.no_grad():
+            logits = hf_base(input_features=mel[row : row + 1], decoder_input_ids=sequence).logits[0].double()
+        assert result.no_speech_prob == pytest.approx(float(logits[0].softmax(-1)[special.no_speech]), abs=1e-4)
+        scored = logits[len(prompt) - 1 : -1]
+        scored[:, list(special.suppress)] = float("-inf")
+        scored[0, list(special.begin_suppress)] = float("-inf")
+        logprobs = scored.log_softmax(-1).gather(1, sequence[0, len(prompt):, None])[:, 0]
+        assert result.avg_logprob == pytest.approx(float(logprobs.sum()) / (len(result.tokens) + 1), abs=1e-3)
 
 
 def test_base_translate_matches_transformers(base_pair, hf_base):

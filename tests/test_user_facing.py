@@ -205,6 +205,35 @@ def test_digital_silence_gives_no_text(capsys, tmp_path):
     assert code == 0 and "Quilter" in out
 
 
+def test_noise_and_room_tone_give_no_text_and_speech_is_kept(tmp_path):
+    """Whisper's no-speech rule: made-up sounds in one batch with speech, both decoding modes."""
+    from whisper_spec.options import DecodingOptions
+    from whisper_spec.pipeline import transcribe
+
+    rng = np.random.default_rng(0)
+    seconds = 16000 * 6
+    sounds = {
+        "white_noise": 0.03 * rng.standard_normal(seconds),  # -30 dBFS
+        "room_tone": np.cumsum(rng.standard_normal(seconds)) * 5e-4,  # brown noise, a low rumble
+        "hum": 0.01 * np.sin(2 * np.pi * 50 * np.arange(seconds) / 16000) + 1e-3 * rng.standard_normal(seconds),
+    }
+    paths = []
+    for name, sound in sounds.items():
+        paths.append(tmp_path / f"{name}.wav")
+        soundfile.write(paths[-1], (sound - sound.mean()).astype(np.float32), 16000)
+    paths.append(QUILTER)
+    pair = load.load_pair("base")
+    results = {use: list(transcribe(pair, paths, DecodingOptions(), batch_size=4, use_assistant=use))
+               for use in (False, True)}
+    for main, speculative in zip(results[False], results[True]):
+        assert main.text == speculative.text
+    assert [r.text for r in results[True][:3]] == ["", "", ""]
+    assert results[True][3].text.startswith("Mr. Quilter is the apostle")
+    # the rule is what silences them: without it Whisper writes words for the noise
+    (unruled,) = transcribe(pair, paths[:1], DecodingOptions(no_speech_threshold=None))
+    assert unruled.text
+
+
 def test_written_model_files_are_readable_by_others(capsys, tmp_path):
     code, _, err = run(capsys, "quantize", "tiny.en", "-o", tmp_path / "q")
     assert code == 0, err

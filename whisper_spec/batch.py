@@ -38,9 +38,11 @@ def run_batch(
     chunking: ChunkingOptions = ChunkingOptions(),
     use_assistant: bool = True,
     progress: bool = True,
+    max_words_per_line: int | None = None,
     on_file: Callable[[Job, Path | None], None] | None = None,
 ) -> dict:
-    """Run a batch job; returns the summary (also written to output_dir/summary.json)."""
+    """Run a batch job; returns the summary (also written to output_dir/summary.json).
+    max_words_per_line: as writers.render."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     todo = [job for job in jobs if not outputs_exist(job, output_dir, formats)]
@@ -70,7 +72,8 @@ def run_batch(
                 record_failure(job, result.error)
             else:
                 try:
-                    written = write_outputs(result, output_dir, formats, name=job.name)[0]
+                    written = write_outputs(result, output_dir, formats, name=job.name,
+                                            max_words_per_line=max_words_per_line)[0]
                 except OSError as error:  # a full disk, a name the file system refuses: the job goes on
                     record_failure(job, f"{job.path}: cannot write its output ({error})")
                 else:

@@ -16,12 +16,13 @@ The same loop with no assistant (k = 0) is plain main-only decoding, so both sha
 from __future__ import annotations
 
 import time
+import zlib
 from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
-from .encoding import detect_language, encode, synchronize
+from .encoding import detect_language, encode, sot_logits, synchronize
 from .graphs import step_graphs
 from .model import ROW_INVARIANT_DEVICES
 from .options import DecodingOptions
@@ -52,6 +53,9 @@ class WindowResult:
     language: str | None
     hit_max_length: bool  # stopped by max_length rather than EOT
     stats: DecodingStats  # this row's counts; times are the batch's, shared equally by its rows
+    no_speech: bool = False  # judged silent by the no-speech rule (DecodingOptions): no text
+    no_speech_prob: float | None = None  # None where the rule is off
+    avg_logprob: float | None = None  # computed only where no_speech_prob passes its threshold
 
 
 def _window(tokens: Tensor, start: Tensor, width: int) -> tuple[Tensor, Tensor]:
@@ -141,19 +145,25 @@ def decode_encoded(
 
     synchronize(device)
     start_time = time.perf_counter()
-    if main.special.multilingual and any(language is None for language in languages):
-        detected = detect_language(main, batch)
+    detects = main.special.multilingual and any(language is None for language in languages)
+    judges_silence = options.no_speech_threshold is not None and main.special.no_speech is not None
+    no_speech = None
+    if detects or judges_silence:
+        logits = sot_logits(main, batch)
         stats.main_forwards += 1
-        languages = [language or found for language, found in zip(languages, detected)]
+        if detects:
+            languages = [language or found for language, found in zip(languages, detect_language(main, logits))]
+        if judges_silence:
+            no_speech = torch.softmax(logits, dim=-1)[:, main.special.no_speech]
     if not main.special.multilingual:
         languages = ["en"] * batch
     with _LiveRows(decoders, batch, device) as live:
-        context = _context(main, assistant, options, languages, n_ctx, max_length, device, live)
+        context = _context(main, assistant, options, languages, n_ctx, max_length, device, live, no_speech)
         state = _initial_state(context, languages)
         speculative_decode(context, state, stats)
     synchronize(device)
     stats.decoding_seconds += time.perf_counter() - start_time
-    return _results(state, context, languages, stats), stats
+    return _results(state, context, languages, stats, no_speech), stats
 
 
 class _LiveRows:
@@ -209,6 +219,7 @@ class _Context:
     fixed_width: int | None  # every main decoder call this many positions wide; None: row-invariant kernels
     graphs: bool  # decoder steps replayed from CUDA graphs
     live: _LiveRows
+    sums_logprobs: bool  # a row may be judged silent: sum its tokens' log-probabilities
 
 
 @dataclass
@@ -225,9 +236,10 @@ class _State:
     hit_max: Tensor  # stopped by max_length rather than EOT
     counts: Tensor  # [batch, 5]: drafted, accepted, generated, main and assistant forwards
     by_position: Tensor  # [2, batch, max_draft]: drafted and accepted at each draft position
+    logprob_sum: Tensor  # of the main model's log-probabilities of the row's tokens (sums_logprobs)
 
 
-def _context(main, assistant, options, languages, n_ctx, max_length, device, live) -> _Context:
+def _context(main, assistant, options, languages, n_ctx, max_length, device, live, no_speech) -> _Context:
     special = main.special
     prompt_length = len(special.prompt(languages[0], options.task, options.timestamps))
     rules = LogitRules(special, main.dims.n_vocab, prompt_length, options.timestamps, device)
@@ -246,8 +258,10 @@ def _context(main, assistant, options, languages, n_ctx, max_length, device, liv
     if device.type not in ROW_INVARIANT_DEVICES:
         fixed_width = (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens) + 1
     graphs = options.cuda_graphs and device.type == "cuda"
+    sums_logprobs = (no_speech is not None and options.logprob_threshold is not None
+                     and bool((no_speech > options.no_speech_threshold).any()))
     return _Context(main, assistant, options, rules, draft_rules, generator, prompt_length, n_ctx, max_length,
-                    max_draft, max_rows, fixed_width, graphs, live)
+                    max_draft, max_rows, fixed_width, graphs, live, sums_logprobs)
 
 
 def _initial_state(context: _Context, languages: list[str]) -> _State:
@@ -265,7 +279,8 @@ def _initial_state(context: _Context, languages: list[str]) -> _State:
     return _State(tokens, length, torch.zeros_like(length), torch.zeros_like(length),
                   drafting, torch.where(drafting, options.draft_tokens, 0), done, torch.zeros_like(done),
                   torch.zeros(batch, 5, dtype=torch.long, device=device),
-                  torch.zeros(2, batch, context.max_draft, dtype=torch.long, device=device))
+                  torch.zeros(2, batch, context.max_draft, dtype=torch.long, device=device),
+                  torch.zeros(batch, device=device))
 
 
 def speculative_decode(context: _Context, state: _State, stats: DecodingStats) -> None:
@@ -282,7 +297,8 @@ def speculative_decode(context: _Context, state: _State, stats: DecodingStats) -
         round_drafts, draft_probs, k = draft(context, state, k, stats)
         logits, scored = verify(context, state, k, round_drafts, stats)
         n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored, draft_probs)
-        advance(context, state, k, round_drafts, n_accepted, next_token, adapt=drafting)
+        logprobs = token_logprobs(state, k, logits, scored, n_accepted, next_token) if context.sums_logprobs else None
+        advance(context, state, k, round_drafts, n_accepted, next_token, adapt=drafting, logprobs=logprobs)
 
 
 def prefill(context: _Context, state: _State, stats: DecodingStats) -> None:
@@ -395,11 +411,22 @@ def accept(context: _Context, state: _State, k: int, round_drafts: Tensor, logit
     return accept_sampled(p, q, drafts, eligible, context.generator)
 
 
+def token_logprobs(state: _State, k: int, logits: Tensor, scored: Tensor, n_accepted: Tensor, next_token: Tensor
+                   ) -> Tensor:
+    """[batch, k + 1]: the main model's log-probability (of its processed logits, as openai-whisper
+    sums them) of each token the round keeps: the accepted drafts, then the next token."""
+    steps = torch.arange(k + 1, device=logits.device)
+    kept = state.tokens.gather(1, state.length[:, None] + steps).scatter(1, n_accepted[:, None], next_token[:, None])
+    logprobs = torch.zeros(scored.shape, device=logits.device)
+    logprobs[scored] = torch.log_softmax(logits, dim=-1).gather(1, kept[scored][:, None])[:, 0]
+    return logprobs
+
+
 def advance(context: _Context, state: _State, k: int, round_drafts: Tensor, n_accepted: Tensor,
-            next_token: Tensor, adapt: bool = True) -> None:
+            next_token: Tensor, adapt: bool = True, logprobs: Tensor | None = None) -> None:
     """Append each row's kept drafts and next token, end rows at EOT or max_length, roll the
-    cache extents back to what was kept, count, and (adapt: after a round that drafted) adapt the
-    draft lengths."""
+    cache extents back to what was kept, count, (logprobs: token_logprobs) sum the kept tokens'
+    log-probabilities, and (adapt: after a round that drafted) adapt the draft lengths."""
     tokens, length, eot = state.tokens, state.length, context.main.special.eot
     active = ~state.done
     steps = torch.arange(k + 1, device=tokens.device)
@@ -417,6 +444,8 @@ def advance(context: _Context, state: _State, k: int, round_drafts: Tensor, n_ac
     state.counts += torch.stack([drafted, accepted, new, active.long(), k * active.long()], dim=1)
     state.by_position[0, :, :k] += drafted[:, None] > steps[:k]
     state.by_position[1, :, :k] += accepted[:, None] > steps[:k]
+    if logprobs is not None:
+        state.logprob_sum += (logprobs * (steps < new[:, None])).sum(dim=1)
 
     state.main_cached = torch.where(active, length + n_accepted, state.main_cached)
     state.assistant_cached = torch.minimum(state.assistant_cached, length + n_accepted)
@@ -429,23 +458,41 @@ def advance(context: _Context, state: _State, k: int, round_drafts: Tensor, n_ac
                                          state.draft_length)
 
 
-def _results(state: _State, context: _Context, languages: list[str], stats: DecodingStats) -> list[WindowResult]:
-    """Each row's tokens and counts; the batch's times are shared equally by its rows."""
-    batch, eot, start = len(languages), context.main.special.eot, context.prompt_length
+def compression_ratio(text: str) -> float:
+    """Bytes of the text over bytes of it zlib-compressed: high for text that repeats itself."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def _results(state: _State, context: _Context, languages: list[str], stats: DecodingStats,
+             no_speech: Tensor | None) -> list[WindowResult]:
+    """Each row's tokens, counts and no-speech verdict; the batch's times are shared equally by its rows."""
+    batch, eot, start, options = len(languages), context.main.special.eot, context.prompt_length, context.options
     results = []
+    no_speech = no_speech.tolist() if no_speech is not None else [None] * batch
     rows = zip(state.tokens[:, start:].tolist(), state.length.tolist(), state.counts.tolist(),
-               state.by_position.transpose(0, 1).tolist(), state.hit_max.tolist(), languages)
-    for row_tokens, length, (drafted, accepted, generated, forwards, drafts), by_position, hit_max, language in rows:
+               state.by_position.transpose(0, 1).tolist(), state.hit_max.tolist(), languages, no_speech,
+               state.logprob_sum.tolist())
+    for (row_tokens, length, (drafted, accepted, generated, forwards, drafts), by_position, hit_max, language,
+         no_speech_prob, logprob_sum) in rows:
         row_tokens = row_tokens[: length - start]
         if row_tokens and row_tokens[-1] == eot:
             row_tokens = row_tokens[:-1]
+        silent, avg_logprob = False, None
+        if no_speech_prob is not None and no_speech_prob > options.no_speech_threshold:
+            if context.sums_logprobs:
+                avg_logprob = logprob_sum / (len(row_tokens) + 1)  # the end of text counts, as in openai-whisper
+            silent = (avg_logprob is None or avg_logprob <= options.logprob_threshold
+                      or (options.compression_ratio_threshold is not None
+                          and compression_ratio(context.main.tokenizer.decode(row_tokens))
+                          > options.compression_ratio_threshold))
         row_stats = DecodingStats(
             windows=1, drafted=drafted, accepted=accepted, generated=generated, main_forwards=forwards,
             row_forwards=forwards, assistant_forwards=drafts,
             encoder_seconds=stats.encoder_seconds / batch, decoding_seconds=stats.decoding_seconds / batch,
             drafted_by_position=by_position[0], accepted_by_position=by_position[1],
         )
-        results.append(WindowResult(row_tokens, language, hit_max, row_stats))
+        results.append(WindowResult(row_tokens, language, hit_max, row_stats, silent, no_speech_prob, avg_logprob))
         stats.add(replace(row_stats, windows=0, main_forwards=0, assistant_forwards=0,
                           encoder_seconds=0.0, decoding_seconds=0.0))
     return results

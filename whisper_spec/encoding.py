@@ -19,13 +19,18 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def detect_language(model: Whisper, n_rows: int) -> list[str]:
-    """The most likely language token after <|startoftranscript|>, per row of the decoder's cross state."""
-    special = model.special
+def sot_logits(model: Whisper, n_rows: int) -> Tensor:
+    """The main model's logits after <|startoftranscript|> alone, per row of the decoder's cross
+    state: what language detection and the no-speech probability read."""
     device = model.decoder.token_embedding.weight.device
-    sot = torch.full((n_rows, 1), special.sot, device=device)
-    logits = model.decoder(sot, torch.zeros_like(sot), n_logits=1)[:, 0]
-    language_ids = torch.tensor(list(special.lang_to_id.values()), device=device)
+    sot = torch.full((n_rows, 1), model.special.sot, device=device)
+    return model.decoder(sot, torch.zeros_like(sot), n_logits=1)[:, 0]
+
+
+def detect_language(model: Whisper, logits: Tensor) -> list[str]:
+    """The most likely language token in sot_logits, per row."""
+    special = model.special
+    language_ids = torch.tensor(list(special.lang_to_id.values()), device=logits.device)
     best = language_ids[logits[:, language_ids].argmax(dim=-1)]
     return [special.id_to_lang[int(i)] for i in best]
 
@@ -35,7 +40,7 @@ def detect_languages(pair: WhisperPair, mel: Tensor) -> list[str]:
     """The language of each window, from the main model alone (encoder and one decoder step)."""
     pair.main.decoder.ensure_caches(mel.shape[0], 1)
     pair.main.decoder.set_cross(pair.main.encoder(mel.to(pair.device)))
-    return detect_language(pair.main, mel.shape[0])
+    return detect_language(pair.main, sot_logits(pair.main, mel.shape[0]))
 
 
 def assistant_frames(assistant: Whisper, mel: Tensor) -> int | None:

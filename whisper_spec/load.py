@@ -123,7 +123,9 @@ def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", 
         ckpt = Checkpoint(path)
         encoder = _encoder(ckpt, dims, encoder_dtype, device) if with_encoder else None
         decoder = _decoder(ckpt, dims, dtype, device, int8)
-    return Whisper(str(spec), path, dims, special, Tokenizer(path, special), decoder, encoder)
+    generation = json.loads((path / "generation_config.json").read_text())
+    heads = tuple((int(layer), int(head)) for layer, head in generation.get("alignment_heads") or ())
+    return Whisper(str(spec), path, dims, special, Tokenizer(path, special), decoder, encoder, alignment_heads=heads)
 
 
 def assistant_precision(dtype: torch.dtype, int8: bool, assistant_int8: bool | None, device: torch.device

@@ -172,14 +172,18 @@ def _matmul_by_row(a: Tensor, b: Tensor) -> Tensor:
     return torch.cat([a[..., i : i + 1, :] @ b for i in range(a.shape[-2])], dim=-2)
 
 
-def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, by_query: bool) -> Tensor:
+def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, by_query: bool,
+                       scores_out: list | None = None) -> Tensor:
     """Attention written out rather than F.scaled_dot_product_attention, whose fused kernels pick
     blockings by query count, so that one position's output would depend on how many are computed
     at once. With a full-cache key span and row-invariant matmuls, a verified position's logits
     are those of a one-token step, bit for bit; by_query (decoding on CPU) runs the two matmuls
-    one query at a time for that (the rest is elementwise or per row, row-invariant anyway)."""
+    one query at a time for that (the rest is elementwise or per row, row-invariant anyway).
+    scores_out: a list the attention scores (before the softmax) are appended to."""
     matmul = _matmul_by_row if by_query else torch.matmul
     scores = matmul(q * (q.shape[-1] ** -0.5), k.transpose(-1, -2))
+    if scores_out is not None:
+        scores_out.append(scores)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return matmul(torch.softmax(scores.float(), dim=-1).to(v.dtype), v)
@@ -216,7 +220,8 @@ class DecoderAttention(nn.Module):
         else:
             self.cross_kv = new
 
-    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, by_query: bool) -> Tensor:
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, by_query: bool,
+                scores_out: list | None = None) -> Tensor:
         if self.cross:
             q = _split_heads(self.q(x), self.n_head)
             k, v = self.cross_kv
@@ -226,7 +231,7 @@ class DecoderAttention(nn.Module):
                 self.kv_cache.write(positions, k, v)
                 k, v = self.kv_cache.k[:, :, : mask.shape[-1]], self.kv_cache.v[:, :, : mask.shape[-1]]
             # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
-        attn = _decoder_attention(q.to(k.dtype), k, v, None if self.cross else mask, by_query)
+        attn = _decoder_attention(q.to(k.dtype), k, v, None if self.cross else mask, by_query, scores_out)
         return self.out(_merge_heads(attn).to(x.dtype))
 
 
@@ -240,9 +245,10 @@ class DecoderBlock(nn.Module):
         self.mlp_ln = nn.LayerNorm(d_model)
         self.mlp = MLP(d_model, d_ffn)
 
-    def forward(self, x: Tensor, positions: Tensor, mask: Tensor, by_query: bool) -> Tensor:
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor, by_query: bool,
+                cross_scores: list | None = None) -> Tensor:
         x = x + self.attn(self.attn_ln(x), positions, mask, by_query)
-        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, by_query)
+        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, by_query, cross_scores)
         return x + self.mlp(self.mlp_ln(x))
 
 
@@ -341,7 +347,8 @@ class Decoder(nn.Module):
             else:
                 block.cross_attn.set_cross(encoder_states, self.attention_dtype)
 
-    def features(self, tokens: Tensor, positions: Tensor, span: int | None = None) -> Tensor:
+    def features(self, tokens: Tensor, positions: Tensor, span: int | None = None,
+                 cross_scores: list | None = None) -> Tensor:
         """tokens, positions: [batch, T] -> final hidden states [batch, T, d_model].
 
         With caches, each row attends to its own cache entries at positions <= its query position;
@@ -351,6 +358,7 @@ class Decoder(nn.Module):
         one-token step would (bit for bit where the matmuls are row-invariant, as the bfloat16 and
         int8 CPU kernels are; float32 CPU matmuls are not), and no host sync is needed for the
         length. Only an assistant, whose drafts need not be exact, passes a span.
+        cross_scores: a list that gets each block's cross-attention scores, [batch, head, T, frames].
         """
         cache = self.blocks[0].attn.kv_cache
         kv_len = (span or cache.k.shape[2]) if cache is not None else tokens.shape[1]
@@ -361,7 +369,7 @@ class Decoder(nn.Module):
         x = self.token_embedding(tokens).to(self.dtype)  # an assistant may share a main embedding of another dtype
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
         for block in self.blocks:
-            x = block(x, positions, mask, by_query)
+            x = block(x, positions, mask, by_query, cross_scores)
         return self.ln(x)
 
     @property

@@ -28,6 +28,18 @@ class DecodingOptions:
     # are decoding than drafting is measured to pay for on the device (decoding.AUTO_MAX_ROWS)
     speculation: str = "auto"
     seed: int | None = None  # for sampling
+    # openai-whisper's no-speech rule, with its defaults: a window whose <|nospeech|> probability
+    # after SOT exceeds no_speech_threshold yields no text, unless its tokens' average
+    # log-probability (end of text included) exceeds logprob_threshold. None: never judged silent.
+    # openai-whisper never keeps a greedy text whose compression ratio exceeds
+    # compression_ratio_threshold (it samples again, and noise then scores low); greedy decoding
+    # here keeps it, so such a text does not save a window from the rule either
+    no_speech_threshold: float | None = 0.6
+    logprob_threshold: float | None = -1.0
+    compression_ratio_threshold: float | None = 2.4
+    # times of every word (pipeline.transcribe): dynamic time warping over the main decoder's
+    # cross-attention (timing.py), from the verified tokens, so the same with or without an assistant
+    word_timestamps: bool = False
     cuda_graphs: bool = True  # on CUDA, replay decoder steps from CUDA graphs (same tokens, fewer launches)
 
     def __post_init__(self):

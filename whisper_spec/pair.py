@@ -39,6 +39,9 @@ class Whisper:
     # as an assistant: cross-attend only to the encoder frames up to the end of the audio plus
     # this many, skipping the padding (half or more of a short clip's window); None: all frames
     audio_frame_margin: int | None = None
+    # (layer, head) of the decoder's cross-attention heads that follow the audio in time: word timing
+    # reads them (published by OpenAI per model, in generation_config.json); empty: not known
+    alignment_heads: tuple[tuple[int, int], ...] = ()
 
 
 # Encoder frames (1 s) a distilled assistant attends past the end of the audio. The shipped

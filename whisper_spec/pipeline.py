@@ -4,7 +4,9 @@ Audio longer than one window is cut into windows that overlap by `overlap` secon
 all files go through the decoder in batches (across windows of one file and across files), and
 each file's windows are stitched back into one transcript: consecutive windows are aligned on
 the tokens they share in the overlap and cut in the middle of the agreeing stretch, so the words
-at a seam appear once. Segment times are on the file's own timeline.
+at a seam appear once. Segment times are on the file's own timeline. Windows judged silent (the
+no-speech rule) give no text; a file whose last window's text ends early gets its rest decoded
+again (TAIL_SECONDS); word timestamps are read from the main decoder right after each batch.
 """
 
 from __future__ import annotations
@@ -23,11 +25,17 @@ from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
 from .stats import DecodingStats
 from .stitch import Segment, stitch, window_segments
+from .timing import Word, word_timings
 
-# A window whose every sample lies below -80 dBFS is digital silence (padding, a muted input):
-# it is not decoded and yields no text, where Whisper would make words up ("you"). Quiet rooms
-# and real pauses lie far above this (Whisper's own no-speech rule, for them, is not applied here).
+# A window whose every sample lies below -80 dBFS is digital silence (padding, a muted input): it
+# is not even decoded. Quieter rooms and noise are judged by Whisper's no-speech rule (DecodingOptions).
 SILENCE_PEAK = 1e-4
+
+# Whisper often ends a window's text early, leaving a cut-off sentence to the next window; after a
+# file's last window there is none, so when its text ends this many seconds or more before the
+# audio does, the rest is decoded again as a window of its own (as openai-whisper seeks to the
+# last segment's end), until a window's text reaches the end or adds nothing.
+TAIL_SECONDS = 1.0
 
 
 @dataclass
@@ -46,7 +54,8 @@ class Transcript:
             "text": self.text,
             "language": self.language,
             "duration": round(self.duration, 3),
-            "segments": [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text} for s in self.segments],
+            "segments": [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text}
+                         | ({"words": [w.as_dict() for w in s.words]} if s.words else {}) for s in self.segments],
             "stats": self.stats.as_dict(),
         }
 
@@ -64,6 +73,7 @@ class _Window:
     start: float  # seconds on the file's timeline
     audio: np.ndarray  # a view into the file's samples
     new_seconds: float  # of audio no earlier window covers
+    words: list[Word] | None = None  # with word timestamps, once decoded
 
     @property
     def end(self) -> float:
@@ -119,6 +129,12 @@ def transcribe(
             pair, mel, replace(options, timestamps=timestamps), assistant_mel=assistant_mel, languages=langs,
             use_assistant=use_assistant,
         )
+        if options.word_timestamps:
+            # right after decoding: the main decoder's cross-attention still holds this batch's audio
+            timed = word_timings(pair.main, [r.tokens for r in out], [r.language for r in out], options.task,
+                                 [len(w.audio) for w in batch])
+            for window, words in zip(batch, timed):
+                window.words = words
         for window, result in zip(batch, out):
             finish(window, result, timestamps)
 
@@ -126,7 +142,13 @@ def transcribe(
         results[window.file][window.index] = result
         if on_window is not None:
             on_window(window.new_seconds)
-        if all(r is not None for r in results[window.file]):
+        last = files[window.file][-1]
+        if timestamps and window is last and (tail := _tail(pair, window, result)) is not None:
+            files[window.file].append(tail)
+            languages.setdefault(paths[window.file], result.language)  # the tail is in the file's language
+            results[window.file].append(None)
+            pending[timestamps].append(tail)
+        elif all(r is not None for r in results[window.file]):
             done[window.file] = _assemble(pair, paths[window.file], files.pop(window.file),
                                           results.pop(window.file), timestamps)
 
@@ -183,12 +205,27 @@ def _silent(audio: np.ndarray) -> bool:
     return float(np.abs(audio).max(initial=0.0)) < SILENCE_PEAK
 
 
+def _tail(pair: WhisperPair, window: _Window, result: WindowResult) -> _Window | None:
+    """The audio after the end of a file's last window's text, as a window to decode, where its
+    text ended TAIL_SECONDS or more before the audio (see TAIL_SECONDS); None otherwise."""
+    if result.no_speech:
+        return None
+    segments = window_segments(result.tokens, pair.main.tokenizer, window.start, window.end, timestamps=True)
+    if not segments or segments[-1].end <= window.start or window.end - segments[-1].end < TAIL_SECONDS:
+        return None
+    offset = round((segments[-1].end - window.start) * SAMPLE_RATE)
+    if _silent(window.audio[offset:]):
+        return None
+    return _Window(window.file, window.index + 1, window.start + offset / SAMPLE_RATE, window.audio[offset:], 0.0)
+
+
 def _assemble(pair: WhisperPair, path: str, windows: list[_Window], results: list[WindowResult],
               timestamps: bool) -> Transcript:
     tokenizer = pair.main.tokenizer
-    pieces = [(w.start, w.end, window_segments(r.tokens, tokenizer, w.start, w.end, timestamps))
+    pieces = [(w.start, w.end, [] if r.no_speech else window_segments(r.tokens, tokenizer, w.start, w.end, timestamps,
+                                                                      w.words))
               for w, r in zip(windows, results)]
-    segments = stitch(pieces, tokenizer) if len(pieces) > 1 else pieces[0][2]
+    segments = stitch(pieces, tokenizer)
     full_text = tokenizer.decode([t for s in segments for t in s.tokens]).strip()
     languages = Counter(r.language for r in results if r.language)
     stats = DecodingStats()

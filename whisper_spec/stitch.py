@@ -4,8 +4,9 @@ in the middle of the agreeing stretch, so the words at a seam appear once."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
+from .timing import Word
 from .tokenizer import TIME_PRECISION, Tokenizer
 
 
@@ -15,11 +16,14 @@ class Segment:
     end: float
     text: str
     tokens: list[int]  # text tokens, timestamps excluded
+    words: list[Word] = field(default_factory=list)  # with word timestamps: its words, tokens in order
 
 
-def window_segments(tokens: list[int], tokenizer: Tokenizer, start: float, end: float, timestamps: bool) -> list[Segment]:
+def window_segments(tokens: list[int], tokenizer: Tokenizer, start: float, end: float, timestamps: bool,
+                    words: list[Word] | None = None) -> list[Segment]:
     """Segments of one window on the file's timeline. With timestamps, each <|t0|> text <|t1|>
-    span is a segment; without, the window's whole text is one."""
+    span is a segment; without, the window's whole text is one. words (timing.word_timings of
+    the window) go to the segments their tokens are in, onto the file's timeline."""
     ts_begin = tokenizer.special.timestamp_begin
     duration = end - start
     if not timestamps:
@@ -38,11 +42,15 @@ def window_segments(tokens: list[int], tokenizer: Tokenizer, start: float, end: 
                 opened = time
         if pending:  # text after the last timestamp runs to the end of the window
             spans.append((opened if opened is not None else 0.0, duration, pending))
-    return [
-        Segment(start + min(s, duration), start + min(max(e, s), duration), body, seg)
-        for s, e, seg in spans
-        if (body := tokenizer.decode(seg).strip())
-    ]
+    segments = [Segment(start + min(s, duration), start + min(max(e, s), duration), tokenizer.decode(seg).strip(), seg)
+                for s, e, seg in spans]
+    placed = iter([replace(w, start=start + w.start, end=start + w.end) for w in words or []])
+    for segment in segments:
+        taken = 0
+        while taken < len(segment.tokens) and (word := next(placed, None)) is not None:
+            segment.words.append(word)
+            taken += len(word.tokens)
+    return [segment for segment in segments if segment.text]
 
 
 @dataclass
@@ -50,6 +58,8 @@ class _TimedToken:
     token: int
     segment: Segment
     position: int  # in segment.tokens
+    word: Word | None  # with word timestamps: the word it is part of
+    starts_word: bool
 
     @property
     def time(self) -> float:
@@ -62,17 +72,23 @@ def _time_at(segment: Segment, position: int) -> float:
 
 
 def _timed(segments: list[Segment]) -> list[_TimedToken]:
-    return [_TimedToken(t, segment, j) for segment in segments for j, t in enumerate(segment.tokens)]
+    timed = []
+    for segment in segments:
+        words = [(word, i == 0) for word in segment.words for i in range(len(word.tokens))]
+        words += [(None, False)] * (len(segment.tokens) - len(words))
+        timed += [_TimedToken(t, segment, j, *word) for j, (t, word) in enumerate(zip(segment.tokens, words))]
+    return timed
 
 
 MIN_SHARED_RUN = 3  # tokens; shorter runs ("of the") are too often shared by chance
 
 
-def align_overlap(left: list[int], right: list[int]) -> tuple[int, int] | None:
+def align_overlap(left: list[int], right: list[int], cuttable: list[bool] | None = None) -> tuple[int, int] | None:
     """Where to cut two token sequences that overlap (left's end is right's beginning).
 
     Finds the longest run of consecutive tokens the two share (a common substring, so a word
-    heard differently elsewhere in the overlap does not matter) and cuts both in its middle:
+    heard differently elsewhere in the overlap does not matter) and cuts both in its middle, or
+    at the nearest right[j] with cuttable[j] (a word's first token) where there is one:
     keep left[:i] + right[j:]. None when no run of MIN_SHARED_RUN tokens exists.
     """
     best_length, best_left_end, best_right_end = 0, 0, 0
@@ -87,8 +103,10 @@ def align_overlap(left: list[int], right: list[int]) -> tuple[int, int] | None:
         previous = current
     if best_length < MIN_SHARED_RUN:
         return None
-    half = best_length // 2
-    return best_left_end - best_length + half, best_right_end - best_length + half
+    run = best_right_end - best_length
+    offsets = sorted(range(best_length), key=lambda offset: abs(offset - best_length // 2))
+    half = next((o for o in offsets if cuttable is None or cuttable[run + o]), best_length // 2)
+    return best_left_end - best_length + half, run + half
 
 
 def stitch(windows: list[tuple[float, float, list[Segment]]], tokenizer: Tokenizer) -> list[Segment]:
@@ -103,7 +121,8 @@ def stitch(windows: list[tuple[float, float, list[Segment]]], tokenizer: Tokeniz
         right_zone = [j for j, t in enumerate(right) if t.segment.start <= left_end]
         cut = None
         if left_zone and right_zone:
-            cut = align_overlap([merged[i].token for i in left_zone], [right[j].token for j in right_zone])
+            cut = align_overlap([merged[i].token for i in left_zone], [right[j].token for j in right_zone],
+                                [right[j].starts_word for j in right_zone] if right[0].word else None)
         if cut is not None:
             left_cut = left_zone[cut[0]] if cut[0] < len(left_zone) else len(merged)
             right_cut = right_zone[cut[1]] if cut[1] < len(right_zone) else len(right)
@@ -122,8 +141,10 @@ def stitch(windows: list[tuple[float, float, list[Segment]]], tokenizer: Tokeniz
 
 def _regroup(tokens: list[_TimedToken], tokenizer: Tokenizer) -> list[Segment]:
     """Consecutive tokens of one original segment form a segment again; a segment cut at a seam
-    starts or ends at the time of its first kept or first dropped token."""
+    starts or ends at the time of its first kept or first dropped token, or with word timestamps,
+    where its first and last kept words do (words kept in time order across seams)."""
     segments = []
+    last_word_end = 0.0
     i = 0
     while i < len(tokens):
         source = tokens[i].segment
@@ -135,8 +156,14 @@ def _regroup(tokens: list[_TimedToken], tokenizer: Tokenizer) -> list[Segment]:
         if segments:  # windows time the same words slightly differently: keep segments in order
             start = max(start, segments[-1].end)
         end = _time_at(source, tokens[j - 1].position + 1)
+        words = list({id(t.word): t.word for t in tokens[i:j] if t.word is not None}.values())
+        for word in words:
+            word.start = max(word.start, last_word_end)
+            word.end = last_word_end = max(word.end, word.start)
+        if words:
+            start, end = max(words[0].start, segments[-1].end if segments else 0.0), words[-1].end
         body = tokenizer.decode(kept).strip()
         if body:
-            segments.append(Segment(start, max(end, start), body, kept))
+            segments.append(Segment(start, max(end, start), body, kept, words))
         i = j
     return segments

@@ -24,6 +24,7 @@ class SpecialTokens:
     suppress: tuple[int, ...]
     begin_suppress: tuple[int, ...]
     max_initial_timestamp_index: int | None = 50
+    no_speech: int | None = None  # <|nospeech|> (<|nocaptions|> in older vocabularies): its probability after SOT
 
     @property
     def timestamp_begin(self) -> int:
@@ -72,6 +73,8 @@ class SpecialTokens:
         lang_to_id = {k.strip("<|>"): v for k, v in (gen.get("lang_to_id") or {}).items()}
         task_to_id = gen.get("task_to_id") or {}
         eot = gen["eos_token_id"]
+        added = json.loads((path / "tokenizer.json").read_text()).get("added_tokens", [])
+        no_speech = next((t["id"] for t in added if t["content"] in ("<|nospeech|>", "<|nocaptions|>")), None)
         return cls(
             eot=eot,
             sot=gen["decoder_start_token_id"],
@@ -82,6 +85,7 @@ class SpecialTokens:
             suppress=tuple(gen.get("suppress_tokens") or ()),
             begin_suppress=tuple(gen.get("begin_suppress_tokens") or ()),
             max_initial_timestamp_index=gen.get("max_initial_timestamp_index"),
+            no_speech=no_speech,
         )
 
     def fingerprint(self) -> dict:

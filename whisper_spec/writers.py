@@ -28,23 +28,39 @@ def to_json(transcript: Transcript) -> str:
     return json.dumps(transcript.as_dict(), ensure_ascii=False, indent=2) + "\n"
 
 
-def to_srt(transcript: Transcript) -> str:
-    blocks = [
-        f"{i}\n{_timestamp(s.start, ',')} --> {_timestamp(s.end, ',')}\n{s.text}\n"
-        for i, s in enumerate(transcript.segments, start=1)
-    ]
+def _cues(transcript: Transcript, max_words_per_line: int | None) -> list[tuple[float, float, str]]:
+    """Subtitle cues: one per segment, or with max_words_per_line and word timestamps, runs of at
+    most that many words of a segment, timed by their words."""
+    cues = []
+    for segment in transcript.segments:
+        if not max_words_per_line or not segment.words:
+            cues.append((segment.start, segment.end, segment.text))
+            continue
+        for i in range(0, len(segment.words), max_words_per_line):
+            words = segment.words[i : i + max_words_per_line]
+            cues.append((words[0].start, words[-1].end, "".join(w.word for w in words).strip()))
+    return cues
+
+
+def to_srt(transcript: Transcript, max_words_per_line: int | None = None) -> str:
+    blocks = [f"{i}\n{_timestamp(start, ',')} --> {_timestamp(end, ',')}\n{text}\n"
+              for i, (start, end, text) in enumerate(_cues(transcript, max_words_per_line), start=1)]
     return "\n".join(blocks)
 
 
-def to_vtt(transcript: Transcript) -> str:
-    blocks = [f"{_timestamp(s.start, '.')} --> {_timestamp(s.end, '.')}\n{s.text}\n" for s in transcript.segments]
+def to_vtt(transcript: Transcript, max_words_per_line: int | None = None) -> str:
+    blocks = [f"{_timestamp(start, '.')} --> {_timestamp(end, '.')}\n{text}\n"
+              for start, end, text in _cues(transcript, max_words_per_line)]
     return "WEBVTT\n\n" + "\n".join(blocks)
 
 
 RENDERERS = {"txt": to_txt, "json": to_json, "srt": to_srt, "vtt": to_vtt}
 
 
-def render(transcript: Transcript, fmt: str) -> str:
+def render(transcript: Transcript, fmt: str, max_words_per_line: int | None = None) -> str:
+    """max_words_per_line: subtitle cues of at most that many words (srt, vtt; needs word timestamps)."""
+    if fmt in ("srt", "vtt"):
+        return RENDERERS[fmt](transcript, max_words_per_line)
     return RENDERERS[fmt](transcript)
 
 
@@ -73,12 +89,13 @@ def check_output_dir(path: Path) -> None:
         raise ValueError(f"{path}: cannot write outputs there ({error.strerror or error})") from None
 
 
-def write_outputs(transcript: Transcript, output_dir: Path, formats: list[str], name: str | None = None) -> list[Path]:
+def write_outputs(transcript: Transcript, output_dir: Path, formats: list[str], name: str | None = None,
+                  max_words_per_line: int | None = None) -> list[Path]:
     """One file per format: DIR/<name>.<format>, name defaulting to the audio file's stem."""
     name = name or Path(transcript.path).stem
     written = []
     for fmt in formats:
         path = Path(output_dir) / f"{name}.{fmt}"
-        write_atomic(path, render(transcript, fmt))
+        write_atomic(path, render(transcript, fmt, max_words_per_line))
         written.append(path)
     return written
