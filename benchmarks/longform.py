@@ -25,7 +25,6 @@ import numpy as np
 from _common import SPEECH, manifest_rows, progress, write_report
 
 from whisper_spec.audio import SAMPLE_RATE, load_audio
-
 from whisper_spec.bench.metrics import machine_info, word_error_rate
 from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions
