@@ -39,17 +39,26 @@ def _options(cls, **values):
         raise ValueError(message) from None
 
 
-def load_from_args(args, note):
-    """The model pair the options name; the model's shipped assistant unless --assistant says otherwise."""
-    from whisper_spec.load import DEFAULT_ASSISTANT, load_pair
+def pair_args(args) -> dict:
+    """load_pair's arguments for the model pair the options name: the model's shipped assistant
+    unless --assistant says otherwise."""
+    from whisper_spec.load import DEFAULT_ASSISTANT
 
     assistant = DEFAULT_ASSISTANT if args.assistant is None else args.assistant
     if str(assistant).lower() == "none":
         assistant = None
     device, dtype = _pick_device(args.device, args.dtype, args.int8)
-    pair = load_pair(args.model, assistant, assistant_encoder=args.assistant_encoder, dtype=dtype, device=device,
-                     int8=args.int8)
-    if assistant == DEFAULT_ASSISTANT and pair.assistant is None:
+    return dict(main=args.model, assistant=assistant, assistant_encoder=args.assistant_encoder, dtype=dtype,
+                device=device, int8=args.int8)
+
+
+def load_from_args(args, note):
+    """The model pair the options name (pair_args), loaded."""
+    from whisper_spec.load import DEFAULT_ASSISTANT, load_pair
+
+    spec = pair_args(args)
+    pair = load_pair(**spec)
+    if spec["assistant"] == DEFAULT_ASSISTANT and pair.assistant is None:
         note(f"no distilled assistant for {args.model} yet: decoding with the main model alone "
              "(use --assistant MODEL for speculative decoding)")
     if pair.int8_kernel is not None:
@@ -64,8 +73,8 @@ def _formats(args) -> list[str]:
     return list(FORMATS) if "all" in formats else list(dict.fromkeys(formats))
 
 
-def _setup(args, formats: list[str]):
-    """Decoding and chunking options, checked, then the model pair and a note printer."""
+def _setup(args, formats: list[str], load: bool = True):
+    """Decoding and chunking options, checked, then the model pair (None unless load) and a note printer."""
     timestamps = args.timestamps if args.timestamps is not None else any(f in ("srt", "vtt") for f in formats)
     note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
     options = _options(
@@ -77,12 +86,21 @@ def _setup(args, formats: list[str]):
         compression_ratio_threshold=args.compression_ratio_threshold,
     )
     chunking = _options(ChunkingOptions, chunk_length=args.chunk_length, overlap=args.overlap)
-    pair = load_from_args(args, note)
+    pair = load_from_args(args, note) if load else None
     try:
-        options = replace(options, language=pair.main.special.language_code(args.language))
+        special = pair.main.special if pair is not None else _special_tokens(args.model)
+        options = replace(options, language=special.language_code(args.language))
     except ValueError as error:
         raise ValueError(f"--language: {error}") from None
     return options, chunking, pair, note
+
+
+def _special_tokens(model: str):
+    """The model's special tokens without loading its weights."""
+    from whisper_spec.sources import resolve_model
+    from whisper_spec.tokenizer import SpecialTokens
+
+    return SpecialTokens.from_model_dir(resolve_model(model))
 
 
 def cmd_transcribe(args) -> int:
@@ -143,10 +161,25 @@ def cmd_batch(args) -> int:
         print(f"nothing to do: the outputs of all {len(jobs)} files are in {args.output_dir} "
               f"({SUMMARY_FILE} is the run that wrote them)", file=sys.stderr)
         return 0
-    options, chunking, pair, note = _setup(args, formats)
+    if args.ray is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise ValueError("--ray: Ray is not installed (pip install 'whisper-spec[ray]')")
+    options, chunking, pair, note = _setup(args, formats, load=args.ray is None)
     try:
-        summary = run_batch(pair, jobs, args.output_dir, formats, options, batch_size=args.batch_size,
-                            chunking=chunking, progress=not args.quiet, max_words_per_line=args.max_words_per_line)
+        if args.ray is not None:
+            from whisper_spec.options import RayOptions
+            from whisper_spec.ray_batch import run_batch_ray
+
+            ray_options = _options(RayOptions, address=None if args.ray == "local" else args.ray,
+                                   actors=args.ray_actors, threads=args.ray_threads)
+            summary = run_batch_ray(pair_args(args), jobs, args.output_dir, formats, options, ray_options=ray_options,
+                                    batch_size=args.batch_size, chunking=chunking, progress=not args.quiet,
+                                    max_words_per_line=args.max_words_per_line)
+        else:
+            summary = run_batch(pair, jobs, args.output_dir, formats, options, batch_size=args.batch_size,
+                                chunking=chunking, progress=not args.quiet, max_words_per_line=args.max_words_per_line)
     except KeyboardInterrupt:
         try:
             done = json.loads((args.output_dir / SUMMARY_FILE).read_text())["done"]

@@ -15,6 +15,7 @@ from whisper_spec.options import (
     ChunkingOptions,
     DecodingOptions,
     DistillOptions,
+    RayOptions,
 )
 from whisper_spec.sources import DEFAULT_MODEL
 
@@ -151,6 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(batch)
     _add_decoding_options(batch)
     _add_output_options(batch, output_dir_required=True)
+    ray = batch.add_argument_group("ray (pip install 'whisper-spec[ray]')")
+    ray.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                     help="run the job on Ray: a local instance started for it, or the cluster at ADDRESS "
+                          "('auto', host:port); every worker must see the audio, the model and --output-dir")
+    ray.add_argument("--ray-actors", type=positive_int, default=RayOptions.actors, metavar="N",
+                     help="actors, each holding one loaded model pair; on a GPU cluster one per GPU "
+                          "(default: %(default)s)")
+    ray.add_argument("--ray-threads", type=positive_int, default=RayOptions.threads, metavar="N",
+                     help="CPU threads per actor (default: %(default)s)")
 
     _add_distill_parser(sub)
     _add_export_parser(sub)

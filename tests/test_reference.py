@@ -10,6 +10,7 @@ from whisper_spec.audio import log_mel_spectrogram, pad_or_trim
 from whisper_spec.decoding import decode_windows
 from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions
+from whisper_spec.pair import WhisperPair, decoder_subset
 
 CLIPS = {
     "en": "librispeech/dev-clean/1272-128104-0000.flac",
@@ -56,6 +57,14 @@ def test_no_speech_probability_and_average_logprob_are_whispers(base_pair, hf_ba
     ours, _ = decode_windows(base_pair, mel, DecodingOptions(language="en", no_speech_threshold=0.0),
                              use_assistant=False)
     assert ours[0].no_speech and not ours[1].no_speech  # the noise is judged silent, the speech is not
+    # the same verdict and inputs, bit for bit, when an assistant drafts (five of the six layers)
+    drafting = WhisperPair(base_pair.main, decoder_subset(base_pair.main, [0, 1, 2, 3, 5]), base_pair.device,
+                           base_pair.dtype)
+    speculative, stats = decode_windows(drafting, mel, DecodingOptions(language="en", no_speech_threshold=0.0,
+                                                                       speculation="on"))
+    assert stats.accepted > 0
+    assert [(r.tokens, r.no_speech, r.no_speech_prob, r.avg_logprob) for r in speculative] == \
+        [(r.tokens, r.no_speech, r.no_speech_prob, r.avg_logprob) for r in ours]
     for row, result in enumerate(ours):
         prompt = special.prompt("en", "transcribe", timestamps=False)
         sequence = torch.tensor([prompt + result.tokens + [special.eot]])

@@ -15,7 +15,7 @@ from typing import Callable
 from .jobs import AudioProgress, Job
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
-from .pipeline import Failure, transcribe
+from .pipeline import Failure, Transcript, transcribe
 from .stats import DecodingStats
 from .writers import write_atomic, write_outputs
 
@@ -25,6 +25,58 @@ SUMMARY_FILE = "summary.json"
 
 def outputs_exist(job: Job, output_dir: Path, formats: list[str]) -> bool:
     return all((output_dir / f"{job.name}.{fmt}").is_file() for fmt in formats)
+
+
+class BatchLog:
+    """What a batch run has done, wherever its files are transcribed (here or on Ray workers):
+    failures appended to failures.jsonl as they happen, totals kept for summary.json, written
+    when the run ends, normally or not. Acceptance is also kept per language."""
+
+    def __init__(self, jobs: list[Job], output_dir: Path, formats: list[str], progress: bool):
+        self.output_dir = Path(output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self.todo = [job for job in jobs if not outputs_exist(job, self.output_dir, formats)]
+        self.files, self.skipped = len(jobs), len(jobs) - len(self.todo)
+        self.failures_path = self.output_dir / FAILURES_FILE
+        self.failures_path.write_text("")
+        self.started = time.perf_counter()
+        self.stats, self.by_language = DecodingStats(), {}
+        self.done = self.failed = 0
+        self.audio = 0.0
+        self.bar = AudioProgress([job.path for job in self.todo], enabled=progress)
+
+    def file_failed(self, job: Job, error: str) -> None:
+        with self.failures_path.open("a") as f:
+            f.write(json.dumps({"path": str(job.path), "error": error}) + "\n")
+        self.bar.write(f"error: {error}")
+        self.failed += 1
+        self.bar.file_done(str(job.path), failed=True)
+
+    def file_done(self, job: Job, duration: float, language: str | None, stats: DecodingStats) -> None:
+        self.done += 1
+        self.audio += duration
+        self.stats.add(stats)
+        self.by_language.setdefault(language, DecodingStats()).add(stats)
+        self.bar.file_done(str(job.path))
+
+    def close(self) -> dict:
+        """The summary, also written to summary.json."""
+        self.bar.close()
+        wall = time.perf_counter() - self.started
+        totals = self.stats.as_dict()
+        summary = {
+            "files": self.files, "done": self.done, "failed": self.failed, "skipped": self.skipped,
+            "interrupted": self.done + self.failed < len(self.todo),
+            "audio_hours": round(self.audio / 3600, 6), "wall_seconds": round(wall, 3),
+            "real_time_factor": round(wall / self.audio, 4) if self.audio else None,
+            "acceptance": totals["acceptance"],
+            "acceptance_by_language": {language or "unknown": stats.as_dict()["acceptance"]
+                                       for language, stats in sorted(self.by_language.items(), key=str)},
+            "stats": totals,
+            "failures_file": str(self.failures_path),
+        }
+        write_atomic(self.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+        return summary
 
 
 def run_batch(
@@ -41,60 +93,34 @@ def run_batch(
     max_words_per_line: int | None = None,
     on_file: Callable[[Job, Path | None], None] | None = None,
 ) -> dict:
-    """Run a batch job; returns the summary (also written to output_dir/summary.json).
-    max_words_per_line: as writers.render."""
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    todo = [job for job in jobs if not outputs_exist(job, output_dir, formats)]
-    skipped = len(jobs) - len(todo)
-    by_path = {str(job.path): job for job in todo}
-    languages = {str(job.path): job.language for job in todo if job.language}
-    failures_path = output_dir / FAILURES_FILE
-    failures_path.write_text("")
-
-    started = time.perf_counter()
-    stats = DecodingStats()
-    done = failed = 0
-    audio = 0.0
-    bar = AudioProgress([job.path for job in todo], enabled=progress)
-
-    def record_failure(job: Job, error: str) -> None:
-        with failures_path.open("a") as f:
-            f.write(json.dumps({"path": str(job.path), "error": error}) + "\n")
-        bar.write(f"error: {error}")
-
+    """Run a batch job here; returns the summary (also written to output_dir/summary.json).
+    max_words_per_line: as writers.render. on_file(job, first output written or None) after each file."""
+    log = BatchLog(jobs, output_dir, formats, progress)
+    by_path = {str(job.path): job for job in log.todo}
+    languages = {str(job.path): job.language for job in log.todo if job.language}
     try:
-        results = transcribe(pair, [job.path for job in todo], options, batch_size=batch_size, chunking=chunking,
-                             languages=languages, use_assistant=use_assistant, on_window=bar.advance)
+        results = transcribe(pair, [job.path for job in log.todo], options, batch_size=batch_size, chunking=chunking,
+                             languages=languages, use_assistant=use_assistant, on_window=log.bar.advance)
         for result in results:
-            job, written = by_path[result.path], None
-            if isinstance(result, Failure):
-                record_failure(job, result.error)
+            job = by_path[result.path]
+            written = write_result(result, log.output_dir, formats, job.name, max_words_per_line)
+            if isinstance(written, str):
+                log.file_failed(job, written)
             else:
-                try:
-                    written = write_outputs(result, output_dir, formats, name=job.name,
-                                            max_words_per_line=max_words_per_line)[0]
-                except OSError as error:  # a full disk, a name the file system refuses: the job goes on
-                    record_failure(job, f"{job.path}: cannot write its output ({error})")
-                else:
-                    done += 1
-                    audio += result.duration
-                    stats.add(result.stats)
-            failed += written is None
-            bar.file_done(result.path, failed=written is None)
+                log.file_done(job, result.duration, result.language, result.stats)
             if on_file is not None:
-                on_file(job, written)
+                on_file(job, None if isinstance(written, str) else written)
     finally:
-        bar.close()
-        wall = time.perf_counter() - started
-        totals = stats.as_dict()
-        summary = {
-            "files": len(jobs), "done": done, "failed": failed, "skipped": skipped,
-            "interrupted": done + failed < len(todo),
-            "audio_hours": round(audio / 3600, 6), "wall_seconds": round(wall, 3),
-            "real_time_factor": round(wall / audio, 4) if audio else None,
-            "acceptance": totals["acceptance"], "stats": totals,
-            "failures_file": str(failures_path),
-        }
-        write_atomic(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+        summary = log.close()
     return summary
+
+
+def write_result(result: Transcript | Failure, output_dir: Path, formats: list[str], name: str,
+                 max_words_per_line: int | None) -> Path | str:
+    """A file's outputs written (the first one's path), or the one-line error why there are none."""
+    if isinstance(result, Failure):
+        return result.error
+    try:
+        return write_outputs(result, output_dir, formats, name=name, max_words_per_line=max_words_per_line)[0]
+    except OSError as error:  # a full disk, a name the file system refuses: the job goes on
+        return f"{result.path}: cannot write its output ({error})"

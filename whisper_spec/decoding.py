@@ -236,7 +236,9 @@ class _State:
     hit_max: Tensor  # stopped by max_length rather than EOT
     counts: Tensor  # [batch, 5]: drafted, accepted, generated, main and assistant forwards
     by_position: Tensor  # [2, batch, max_draft]: drafted and accepted at each draft position
-    logprob_sum: Tensor  # of the main model's log-probabilities of the row's tokens (sums_logprobs)
+    # [batch, n_ctx + 1]: the main model's log-probability of each accepted token, by position
+    # (sums_logprobs), summed once at the end so that both modes add them in one order
+    logprobs: Tensor
 
 
 def _context(main, assistant, options, languages, n_ctx, max_length, device, live, no_speech) -> _Context:
@@ -280,7 +282,7 @@ def _initial_state(context: _Context, languages: list[str]) -> _State:
                   drafting, torch.where(drafting, options.draft_tokens, 0), done, torch.zeros_like(done),
                   torch.zeros(batch, 5, dtype=torch.long, device=device),
                   torch.zeros(2, batch, context.max_draft, dtype=torch.long, device=device),
-                  torch.zeros(batch, device=device))
+                  torch.zeros(tokens.shape, device=device))
 
 
 def speculative_decode(context: _Context, state: _State, stats: DecodingStats) -> None:
@@ -425,7 +427,7 @@ def token_logprobs(state: _State, k: int, logits: Tensor, scored: Tensor, n_acce
 def advance(context: _Context, state: _State, k: int, round_drafts: Tensor, n_accepted: Tensor,
             next_token: Tensor, adapt: bool = True, logprobs: Tensor | None = None) -> None:
     """Append each row's kept drafts and next token, end rows at EOT or max_length, roll the
-    cache extents back to what was kept, count, (logprobs: token_logprobs) sum the kept tokens'
+    cache extents back to what was kept, count, (logprobs: token_logprobs) record the kept tokens'
     log-probabilities, and (adapt: after a round that drafted) adapt the draft lengths."""
     tokens, length, eot = state.tokens, state.length, context.main.special.eot
     active = ~state.done
@@ -444,8 +446,8 @@ def advance(context: _Context, state: _State, k: int, round_drafts: Tensor, n_ac
     state.counts += torch.stack([drafted, accepted, new, active.long(), k * active.long()], dim=1)
     state.by_position[0, :, :k] += drafted[:, None] > steps[:k]
     state.by_position[1, :, :k] += accepted[:, None] > steps[:k]
-    if logprobs is not None:
-        state.logprob_sum += (logprobs * (steps < new[:, None])).sum(dim=1)
+    if logprobs is not None:  # positions past the row's new end get zeros, overwritten by later rounds
+        state.logprobs.scatter_(1, length[:, None] + steps, logprobs * (steps < new[:, None]))
 
     state.main_cached = torch.where(active, length + n_accepted, state.main_cached)
     state.assistant_cached = torch.minimum(state.assistant_cached, length + n_accepted)
@@ -470,9 +472,11 @@ def _results(state: _State, context: _Context, languages: list[str], stats: Deco
     batch, eot, start, options = len(languages), context.main.special.eot, context.prompt_length, context.options
     results = []
     no_speech = no_speech.tolist() if no_speech is not None else [None] * batch
+    positions = torch.arange(state.logprobs.shape[1], device=state.logprobs.device)
+    logprob_sums = (state.logprobs * (positions < state.length[:, None])).sum(dim=1)
     rows = zip(state.tokens[:, start:].tolist(), state.length.tolist(), state.counts.tolist(),
                state.by_position.transpose(0, 1).tolist(), state.hit_max.tolist(), languages, no_speech,
-               state.logprob_sum.tolist())
+               logprob_sums.tolist())
     for (row_tokens, length, (drafted, accepted, generated, forwards, drafts), by_position, hit_max, language,
          no_speech_prob, logprob_sum) in rows:
         row_tokens = row_tokens[: length - start]

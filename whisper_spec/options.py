@@ -115,3 +115,14 @@ class BenchOptions:
     speculation: str = DecodingOptions.speculation  # of the speculative configurations
     task: str = "transcribe"
     cuda_graphs: bool = DecodingOptions.cuda_graphs
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    address: str | None = None  # None: a local Ray instance started for the run; "auto" or host:port: a cluster
+    actors: int = 1  # actors holding one loaded pair each (on a GPU cluster: one per GPU)
+    threads: int = 1  # CPU threads (and Ray CPUs) per actor
+
+    def __post_init__(self):
+        if self.actors < 1 or self.threads < 1:
+            raise ValueError("actors and threads must be >= 1")

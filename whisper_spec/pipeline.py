@@ -100,6 +100,7 @@ def transcribe(
     languages: dict[str, str] | None = None,
     use_assistant: bool = True,
     on_window=None,
+    load=load_audio,
 ) -> Iterator[Transcript | Failure]:
     """Transcribe files in order, batching windows across files; yields one result per file.
 
@@ -109,6 +110,7 @@ def transcribe(
     timestamps: without them Whisper tends to stop early in a long window, and the stitcher needs
     segment times. on_window(seconds) is called as windows finish, with the seconds of the file's
     audio each one adds (overlaps counted once), so they add up to the file's duration.
+    load(path): the file's 16 kHz samples, raising AudioError (audio decoded elsewhere, as on Ray).
     (One generator of ~80 lines: it keeps result order, batching across files and per-file
     assembly in one place, its steps as inner functions.)
     """
@@ -160,7 +162,7 @@ def transcribe(
 
     for file, path in enumerate(paths):
         try:
-            audio = load_audio(path)
+            audio = load(path)
             language = pair.main.special.language_code(languages.get(path, options.language))
         except (AudioError, ValueError) as error:
             done[file] = Failure(path, str(error) if isinstance(error, AudioError) else f"{path}: {error}")

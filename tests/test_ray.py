@@ -1,0 +1,99 @@
+"""Batch jobs on a local Ray instance: the same outputs as a local run, failures recorded, and a
+job killed mid-run finished by a re-run with whole files only."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import SPEECH, manifest
+
+from whisper_spec.batch import FAILURES_FILE, SUMMARY_FILE, run_batch
+from whisper_spec.jobs import collect_jobs
+from whisper_spec.load import load_pair
+from whisper_spec.options import DecodingOptions, RayOptions
+
+pytest.importorskip("ray")
+FORMATS = ["txt", "srt", "json"]
+
+
+@pytest.fixture(scope="module")
+def job_manifest(tmp_path_factory):
+    """Eight shared clips in three languages and a corrupt file among them."""
+    folder = tmp_path_factory.mktemp("job")
+    rows = ([r for r in manifest() if r["set"] == "librispeech"][:4] + [r for r in manifest() if r["set"] == "fleurs_de"][:2]
+            + [r for r in manifest() if r["set"] == "fleurs_es"][:2])
+    lines = [{"path": str(SPEECH / r["path"]), "language": r["language"]} for r in rows]
+    corrupt = folder / "broken.flac"
+    corrupt.write_bytes(np.random.default_rng(2).bytes(3000))
+    lines.insert(3, {"path": str(corrupt)})
+    path = folder / "jobs.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def local_run(job_manifest, tmp_path_factory):
+    out = tmp_path_factory.mktemp("local")
+    summary = run_batch(load_pair("base"), collect_jobs(str(job_manifest)), out, FORMATS,
+                        DecodingOptions(timestamps=True), progress=False)
+    return out, summary
+
+
+def outputs(folder):
+    """Every output file's bytes; JSON without its stats (times and draft counts depend on the run)."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name not in (SUMMARY_FILE, FAILURES_FILE):
+            content = path.read_text()
+            if path.suffix == ".json":
+                content = {k: v for k, v in json.loads(content).items() if k != "stats"}
+            found[str(path.relative_to(folder))] = content
+    return found
+
+
+def test_ray_outputs_equal_a_local_run(job_manifest, local_run, tmp_path):
+    import ray
+
+    from whisper_spec.ray_batch import run_batch_ray
+
+    local_out, local_summary = local_run
+    out = tmp_path / "ray"
+    try:
+        summary = run_batch_ray({"main": "base"}, collect_jobs(str(job_manifest)), out, FORMATS,
+                                DecodingOptions(timestamps=True), ray_options=RayOptions(actors=2), progress=False)
+    finally:
+        ray.shutdown()
+    expected = outputs(local_out)
+    assert len(expected) == 3 * 8 and outputs(out) == expected
+    assert (summary["done"], summary["failed"]) == (local_summary["done"], local_summary["failed"]) == (8, 1)
+    failures = [json.loads(line) for line in (out / FAILURES_FILE).read_text().splitlines()]
+    assert len(failures) == 1 and failures[0]["path"].endswith("broken.flac") and "cannot decode" in failures[0]["error"]
+    assert summary["audio_hours"] == pytest.approx(local_summary["audio_hours"], abs=1e-6)
+    assert set(summary["acceptance_by_language"]) == {"en", "de", "es"} and summary["acceptance_by_language"]["en"] > 0
+    assert json.loads((out / SUMMARY_FILE).read_text())["done"] == 8
+
+
+def test_a_killed_ray_job_is_finished_by_a_rerun(job_manifest, local_run, tmp_path):
+    out = tmp_path / "killed"
+    command = [sys.executable, "-m", "whisper_spec.cli.main", "batch", str(job_manifest), "-o", str(out), "-q",
+               "--timestamps", *sum((["-f", f] for f in FORMATS), []), "--ray", "--ray-actors", "1"]
+    job = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while len(list(out.glob("**/*.txt"))) < 3 and time.time() < deadline and job.poll() is None:
+        time.sleep(0.2)
+    os.killpg(job.pid, signal.SIGKILL)  # the driver, the Ray instance it started and its workers
+    job.wait()
+    expected = outputs(local_run[0])
+    written = outputs(out)
+    assert 3 <= len([name for name in written if name.endswith(".txt")]) < 8
+    assert all(expected[name] == content for name, content in written.items())  # whole files only
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 1, rerun.stderr  # the corrupt file still fails
+    summary = json.loads((out / SUMMARY_FILE).read_text())
+    assert summary["skipped"] >= 3 and summary["done"] + summary["skipped"] == 8
+    assert outputs(out) == expected
