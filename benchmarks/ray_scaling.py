@@ -88,7 +88,7 @@ def main() -> int:
     report["estimate"] = {
         "note": "N actors of the measured 1-actor rate; start-up (Ray, model load) is not divided",
         "audio_seconds_per_wall_second_one_actor": audio / one_actor,
-        "by_actors": {n: audio * n / one_actor for n in (1, 2, 4, 8, 16)},
+        "audio_seconds_per_wall_second_by_actors": {n: audio * n / one_actor for n in (1, 2, 4, 8, 16)},
     }
     return write_report(report, args.output)
 

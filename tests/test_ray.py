@@ -97,3 +97,21 @@ def test_a_killed_ray_job_is_finished_by_a_rerun(job_manifest, local_run, tmp_pa
     summary = json.loads((out / SUMMARY_FILE).read_text())
     assert summary["skipped"] >= 3 and summary["done"] + summary["skipped"] == 8
     assert outputs(out) == expected
+
+
+def test_a_worker_killed_mid_job_costs_no_output(job_manifest, local_run, tmp_path):
+    out = tmp_path / "worker"
+    command = [sys.executable, "-m", "whisper_spec.cli.main", "batch", str(job_manifest), "-o", str(out), "-q",
+               "--timestamps", *sum((["-f", f] for f in FORMATS), []), "--ray", "--ray-actors", "2"]
+    job = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while len(list(out.glob("**/*.txt"))) < 2 and time.time() < deadline and job.poll() is None:
+        time.sleep(0.2)
+    workers = subprocess.run(["pgrep", "-f", "ray::MapWorker"], capture_output=True, text=True).stdout.split()
+    assert workers, "no Ray actor process to kill"
+    os.kill(int(workers[0]), signal.SIGKILL)  # Ray restarts the actor and retries its files
+    _, err = job.communicate(timeout=600)
+    assert job.returncode == 1, err  # the corrupt file
+    summary = json.loads((out / SUMMARY_FILE).read_text())
+    assert (summary["done"], summary["failed"], summary["interrupted"]) == (8, 1, False)
+    assert outputs(out) == outputs(local_run[0])

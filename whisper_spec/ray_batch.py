@@ -28,6 +28,7 @@ from .pipeline import Failure, transcribe
 from .stats import DecodingStats
 
 FILES_PER_CALL = 4  # files an actor takes per call; their windows fill batches together
+DECODE_TASKS = 2  # audio-decoding tasks at once
 
 
 def _decode(row: dict) -> dict:
@@ -110,9 +111,10 @@ def run_batch_ray(
             actor_args = dict(pair_args=pair_args, options=options, chunking=chunking, batch_size=batch_size,
                               output_dir=str(log.output_dir), formats=formats, max_words_per_line=max_words_per_line,
                               threads=ray_options.threads)
-            # decoding a file takes a fraction of a CPU and must not wait for the CPUs the actors hold
+            # decoding audio must not wait for the CPUs the actors hold (it takes no Ray CPU), and
+            # a few tasks at a time keep ahead of the actors without crowding them
             outcomes = (ray.data.from_items(items, override_num_blocks=len(items))
-                        .map(_decode, num_cpus=0)
+                        .map(_decode, num_cpus=0, compute=ray.data.TaskPoolStrategy(size=DECODE_TASKS))
                         .map_batches(_Transcriber, fn_constructor_kwargs=actor_args, batch_size=FILES_PER_CALL,
                                      compute=ray.data.ActorPoolStrategy(size=ray_options.actors),
                                      num_cpus=ray_options.threads, num_gpus=gpus))
