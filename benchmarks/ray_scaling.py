@@ -15,7 +15,6 @@ rate, as long as the driver keeps up (it only reads rows of a few numbers per fi
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -25,24 +24,13 @@ from pathlib import Path
 import torch
 from _common import SPEECH, manifest_rows, progress, write_report
 
-from whisper_spec.batch import FAILURES_FILE, SUMMARY_FILE, run_batch
+from whisper_spec.batch import job_outputs, run_batch
 from whisper_spec.bench.metrics import machine_info
 from whisper_spec.jobs import Job
 from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions, RayOptions
 
 FORMATS = ["txt", "json"]
-
-
-def outputs(folder: Path) -> dict:
-    found = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name not in (SUMMARY_FILE, FAILURES_FILE):
-            content = path.read_text()
-            if path.suffix == ".json":
-                content = {k: v for k, v in json.loads(content).items() if k != "stats"}
-            found[str(path.relative_to(folder))] = content
-    return found
 
 
 def main() -> int:
@@ -69,7 +57,7 @@ def main() -> int:
         report["runs"].append({"run": f"local, {threads} threads", "wall_seconds": local_seconds,
                                "real_time_factor": local_seconds / audio, "model_load_included": True})
         progress(report["runs"][-1])
-        expected = outputs(local_out)
+        expected = job_outputs(local_out)
         for actors, per_actor in ((1, threads), (2, max(threads // 2, 1))):
             out = Path(scratch) / f"ray{actors}"
             start = time.perf_counter()
@@ -81,7 +69,7 @@ def main() -> int:
             seconds = time.perf_counter() - start
             report["runs"].append({"run": f"ray, {actors} actor(s) x {per_actor} thread(s)", "wall_seconds": seconds,
                                    "real_time_factor": seconds / audio, "overhead_vs_local": seconds / local_seconds,
-                                   "outputs_equal_local": outputs(out) == expected, "done": summary["done"]})
+                                   "outputs_equal_local": job_outputs(out) == expected, "done": summary["done"]})
             progress(report["runs"][-1])
             shutil.rmtree(out)
     one_actor = report["runs"][1]["wall_seconds"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import SPEECH, manifest
 
-from whisper_spec.batch import FAILURES_FILE, SUMMARY_FILE, run_batch
+from whisper_spec.batch import FAILURES_FILE, SUMMARY_FILE, job_outputs, run_batch
 from whisper_spec.jobs import collect_jobs
 from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions, RayOptions
@@ -44,18 +44,6 @@ def local_run(job_manifest, tmp_path_factory):
     return out, summary
 
 
-def outputs(folder):
-    """Every output file's bytes; JSON without its stats (times and draft counts depend on the run)."""
-    found = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name not in (SUMMARY_FILE, FAILURES_FILE):
-            content = path.read_text()
-            if path.suffix == ".json":
-                content = {k: v for k, v in json.loads(content).items() if k != "stats"}
-            found[str(path.relative_to(folder))] = content
-    return found
-
-
 def test_ray_outputs_equal_a_local_run(job_manifest, local_run, tmp_path):
     import ray
 
@@ -68,8 +56,8 @@ def test_ray_outputs_equal_a_local_run(job_manifest, local_run, tmp_path):
                                 DecodingOptions(timestamps=True), ray_options=RayOptions(actors=2), progress=False)
     finally:
         ray.shutdown()
-    expected = outputs(local_out)
-    assert len(expected) == 3 * 8 and outputs(out) == expected
+    expected = job_outputs(local_out)
+    assert len(expected) == 3 * 8 and job_outputs(out) == expected
     assert (summary["done"], summary["failed"]) == (local_summary["done"], local_summary["failed"]) == (8, 1)
     failures = [json.loads(line) for line in (out / FAILURES_FILE).read_text().splitlines()]
     assert len(failures) == 1 and failures[0]["path"].endswith("broken.flac") and "cannot decode" in failures[0]["error"]
@@ -88,15 +76,15 @@ def test_a_killed_ray_job_is_finished_by_a_rerun(job_manifest, local_run, tmp_pa
         time.sleep(0.2)
     os.killpg(job.pid, signal.SIGKILL)  # the driver, the Ray instance it started and its workers
     job.wait()
-    expected = outputs(local_run[0])
-    written = outputs(out)
+    expected = job_outputs(local_run[0])
+    written = job_outputs(out)
     assert 3 <= len([name for name in written if name.endswith(".txt")]) < 8
     assert all(expected[name] == content for name, content in written.items())  # whole files only
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 1, rerun.stderr  # the corrupt file still fails
     summary = json.loads((out / SUMMARY_FILE).read_text())
     assert summary["skipped"] >= 3 and summary["done"] + summary["skipped"] == 8
-    assert outputs(out) == expected
+    assert job_outputs(out) == expected
 
 
 def test_a_worker_killed_mid_job_costs_no_output(job_manifest, local_run, tmp_path):
@@ -114,4 +102,4 @@ def test_a_worker_killed_mid_job_costs_no_output(job_manifest, local_run, tmp_pa
     assert job.returncode == 1, err  # the corrupt file
     summary = json.loads((out / SUMMARY_FILE).read_text())
     assert (summary["done"], summary["failed"], summary["interrupted"]) == (8, 1, False)
-    assert outputs(out) == outputs(local_run[0])
+    assert job_outputs(out) == job_outputs(local_run[0])

@@ -27,6 +27,19 @@ def outputs_exist(job: Job, output_dir: Path, formats: list[str]) -> bool:
     return all((output_dir / f"{job.name}.{fmt}").is_file() for fmt in formats)
 
 
+def job_outputs(output_dir: Path) -> dict[str, str | dict]:
+    """A job's outputs by name (summary and failures left out): what two runs of one job, here or
+    on Ray, must agree on. JSON without its stats, whose times and draft counts depend on the run."""
+    found = {}
+    for path in sorted(Path(output_dir).rglob("*")):
+        if path.is_file() and path.name not in (SUMMARY_FILE, FAILURES_FILE) and not path.name.startswith("."):
+            content = path.read_text()
+            if path.suffix == ".json":
+                content = {k: v for k, v in json.loads(content).items() if k != "stats"}
+            found[str(path.relative_to(output_dir))] = content
+    return found
+
+
 class BatchLog:
     """What a batch run has done, wherever its files are transcribed (here or on Ray workers):
     failures appended to failures.jsonl as they happen, totals kept for summary.json, written
