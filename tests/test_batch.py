@@ -31,8 +31,10 @@ def pair(base_pair):
 
 
 def test_batch_job_resumes_and_records_failures(pair, tmp_path):
-    rows = [r for r in manifest() if r["set"] in ("thorsten_de", "dutch_vl_tts", "mls_polish", "fleurs_es")]
-    rows = rows[:6] + [r for r in manifest() if r["set"] == "librispeech"][:2] + rows[6:12]
+    by_set = {name: [r for r in manifest() if r["set"] == name]
+              for name in ("fleurs_es", "librispeech", "thorsten_de", "dutch_vl_tts", "mls_polish")}
+    rows = (by_set["fleurs_es"][:3] + by_set["thorsten_de"][:3] + by_set["librispeech"][:2]
+            + by_set["dutch_vl_tts"][1:] + by_set["mls_polish"][:2])
     corrupt = tmp_path / "broken.flac"
     corrupt.write_bytes(np.random.default_rng(1).bytes(3000))
     lines = [{"path": str(SPEECH / r["path"]), "language": r["language"]} for r in rows]
