@@ -165,7 +165,7 @@ def cmd_batch(args) -> int:
         import importlib.util
 
         if importlib.util.find_spec("ray") is None:
-            raise ValueError("--ray: Ray is not installed (pip install 'whisper-spec[ray]')")
+            raise ValueError("--ray: Ray is not installed (the [ray] extra: pip install -e '.[ray]')")
     options, chunking, pair, note = _setup(args, formats, load=args.ray is None)
     try:
         if args.ray is not None:

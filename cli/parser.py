@@ -99,13 +99,15 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--word-timestamps", action="store_true",
                        help="time every word (json: each segment's words with start, end and probability)")
     group.add_argument("--no-speech-threshold", type=_optional_float, default=DecodingOptions.no_speech_threshold,
+                       metavar="P",
                        help="a window whose no-speech probability exceeds this, with an average log-probability "
                             "at most --logprob-threshold, yields no text; 'none': never (default: %(default)s)")
     group.add_argument("--logprob-threshold", type=_optional_float, default=DecodingOptions.logprob_threshold,
+                       metavar="LOGPROB",
                        help="see --no-speech-threshold; 'none': the no-speech probability alone decides "
                             "(default: %(default)s)")
     group.add_argument("--compression-ratio-threshold", type=_optional_float,
-                       default=DecodingOptions.compression_ratio_threshold,
+                       default=DecodingOptions.compression_ratio_threshold, metavar="RATIO",
                        help="a text that compresses better than this (a loop) does not save a window from the "
                             "no-speech rule; 'none': only the log-probability does (default: %(default)s)")
     group.add_argument("--chunk-length", type=float, default=ChunkingOptions.chunk_length,
@@ -152,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(batch)
     _add_decoding_options(batch)
     _add_output_options(batch, output_dir_required=True)
-    ray = batch.add_argument_group("ray (pip install 'whisper-spec[ray]')")
+    ray = batch.add_argument_group("ray (the [ray] extra: pip install -e '.[ray]')")
     ray.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                      help="run the job on Ray: a local instance started for it, or the cluster at ADDRESS "
                           "('auto', host:port); every worker must see the audio, the model and --output-dir")
