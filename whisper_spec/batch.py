@@ -84,7 +84,7 @@ class BatchLog:
             "real_time_factor": round(wall / self.audio, 4) if self.audio else None,
             "acceptance": totals["acceptance"],
             "acceptance_by_language": {language or "unknown": stats.as_dict()["acceptance"]
-                                       for language, stats in sorted(self.by_language.items(), key=str)},
+                                       for language, stats in sorted(self.by_language.items(), key=lambda item: str(item[0]))},
             "stats": totals,
             "failures_file": str(self.failures_path),
         }
