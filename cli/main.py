@@ -213,7 +213,8 @@ def cmd_distill(args) -> int:
         DistillOptions, layers=len(init_layers) if init_layers else args.layers, init_layers=init_layers,
         draft_vocab=args.draft_vocab, steps=args.steps, batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, held_out=args.held_out,
-        eval_every=args.eval_every, seed=args.seed, join=args.join, augment=args.augment,
+        eval_every=args.eval_every, seed=args.seed, join=args.join, augment=args.augment, shifts=args.shifts,
+        balance=args.balance,
     )
     device, _ = _pick_device(args.device, "float32")
     main_pair = load_pair(args.main, None, dtype="float32", device=device)

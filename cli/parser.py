@@ -180,8 +180,8 @@ def _add_distill_parser(sub) -> None:
                     "(with and without timestamps) and token distributions. Encoder outputs and pseudo-labels "
                     "are cached, so a second run with other options starts training at once.")
     distill.add_argument("--main", "-m", default=DEFAULT_MODEL, help="main model (default: %(default)s)")
-    distill.add_argument("--audio", required=True, metavar="INPUT",
-                         help="training audio: folder, glob or JSON-lines manifest, as for batch")
+    distill.add_argument("--audio", required=True, metavar="INPUT", nargs="+",
+                         help="training audio: folders, globs or JSON-lines manifests, as for batch")
     distill.add_argument("--output", "-o", type=Path, required=True, help="assistant directory to write")
     train = distill.add_argument_group("training")
     train.add_argument("--layers", type=int, default=DistillOptions.layers,
@@ -202,8 +202,15 @@ def _add_distill_parser(sub) -> None:
     train.add_argument("--augment", type=int, default=DistillOptions.augment, metavar="N",
                        help="also train on N perturbed copies of every training recording: speed changed by up to "
                             "10%%, white noise at 10-30 dB SNR (default: none)")
+    train.add_argument("--shifts", type=int, default=DistillOptions.shifts, metavar="N",
+                       help="cut each recording of 60 s or more into 30 s windows N ways, starting 0, 30/N, ... s "
+                            "in (default: %(default)s)")
     train.add_argument("--held-out", type=float, default=DistillOptions.held_out,
-                       help="fraction of files kept out for held-out acceptance (default: %(default)s)")
+                       help="fraction of short files, and of the end of each recording of 60 s or more, kept out "
+                            "for held-out acceptance (default: %(default)s)")
+    train.add_argument("--balance", type=float, default=DistillOptions.balance,
+                       help="language sampling: 1 draws languages as often as the data has them, 0 equally "
+                            "often (default: %(default)s)")
     train.add_argument("--eval-every", type=int, default=DistillOptions.eval_every,
                        help="steps between held-out evaluations")
     train.add_argument("--seed", type=int, default=DistillOptions.seed)

@@ -66,6 +66,11 @@ def test_report_has_every_documented_field_and_passes_the_check(pair, utterances
     # faster-whisper's batched pipeline writes what its one-by-one transcribe writes, utterance by utterance
     assert by_name["faster-whisper int8 b2"]["wer"] == by_name["faster-whisper int8 b1"]["wer"] is not None
     assert report["data"]["languages"] == ["de", "en"]
+    per_language = by_name["speculative b1"]["by_language"]
+    assert {language: f["utterances"] for language, f in per_language.items()} == {"de": 1, "en": 2}
+    assert sum(f["decoding_seconds"] for f in per_language.values()) == pytest.approx(
+        by_name["speculative b1"]["decoding_seconds"])  # one repeat: the language figures add up
+    assert per_language["en"]["decoding_speedup"] > 0 and 0 < per_language["en"]["acceptance"] <= 1
 
     section = README.read_text().split("### The benchmark report")[1].split("\n## ")[0]
     documented = re.findall(r"^\| `([a-z_0-9]+)`", section, flags=re.M)

@@ -11,6 +11,7 @@ from conftest import SPEECH, mel_of, random_model
 from safetensors.torch import load_file
 
 import whisper_spec.distill.data as distill_data
+import whisper_spec.distill.student as distill_student
 import whisper_spec.distill.train as distill_train
 from whisper_spec.audio import load_audio
 from whisper_spec.cli.main import main as cli
@@ -223,3 +224,68 @@ def test_training_gradients_reach_the_student_through_the_shared_projection(rand
     torch.nn.functional.cross_entropy(logits[0], torch.randint(0, 50, (6,))).backward()
     assert student.blocks[0].mlp.fc2.weight.grad is not None
     assert student.blocks[0].mlp.fc2.weight.grad.abs().sum() > 0
+
+
+TTS = SPEECH / "unlabeled" / "tts_multilingual"
+
+
+def test_a_long_recording_is_held_out_by_its_end_and_cut_several_ways():
+    long = Job(TTS / "de-otto.ogg", "de-otto", "de")  # 276 s
+    short = [Job(path, path.stem, "en") for path in sorted(UNLABELED.glob("*.flac"))[:4]]
+    held = {str(short[0].path)}
+    recordings = plan_recordings([long, *short], held, 2, seed=0, augment=1, held_out_fraction=0.1, shifts=3)
+    of_long = [r for r in recordings if r.parts == (long,)]
+    training = [r for r in of_long if not r.held_out]
+    assert [(r.span, r.shift, r.copy) for r in training] == [((0.0, 0.9), shift, copy) for copy in (0, 1)
+                                                             for shift in (0.0, 10.0, 20.0)]
+    assert [(r.span, r.copy) for r in of_long if r.held_out] == [((0.9, 1.0), 0)]
+    assert not any(long in r.parts for r in recordings if len(r.parts) > 1)  # never joined
+    assert [r.held_out for r in recordings if r.parts == (short[0],)] == [True]  # short files: held out whole
+    assert len({r.label for r in recordings}) == len(recordings)
+    assert len({r.key("k") for r in of_long}) == len({(r.span, r.shift) for r in of_long})
+
+
+def test_languages_are_sampled_by_their_share_to_the_power_balance():
+    examples = [distill_data.Example(0, language, torch.zeros(3), 0, torch.zeros(1, 1), torch.zeros(1, 1))
+                for language in ["en"] * 90 + ["de"] * 10]
+    for balance, english in ((1.0, 0.9), (0.5, 0.75), (0.0, 0.5)):
+        weights = distill_train._Data(examples, {}, [], torch.zeros(1), 0, balance).sampling_weights()
+        assert float(weights.sum()) == pytest.approx(1.0)
+        assert float(weights[:90].sum()) == pytest.approx(english)
+        assert len(set(weights[:90].tolist())) == 1  # within a language, every sequence alike
+
+
+def test_the_draft_vocabulary_covers_each_language_by_its_own_share(random_main):
+    main = random_main.main
+    # English: 20 sequences putting their mass on tokens 10-19, German: 1 on tokens 30-39, each decreasing
+    # alike: by the mass of both together English would take every place, by each language's share half
+    def example(language, first):
+        ids = torch.arange(first, first + 10).expand(4, 10)
+        return distill_data.Example(0, language, torch.tensor([50]), 0, ids, -0.5 * torch.arange(10.0).expand(4, 10))
+    examples = [example("en", 10)] * 20 + [example("de", 30)]
+    special = {main.special.eot, *range(main.special.timestamp_begin, main.dims.n_vocab)}
+    vocab = set(distill_student.choose_draft_vocab(main, examples, len(special) + 10).tolist()) - special
+    assert len(vocab & set(range(10, 20))) == len(vocab & set(range(30, 40))) == 5
+
+
+def test_a_multilingual_assistant_reports_each_language_and_drafts_only_for_them(random_main, clips, tmp_path):
+    manifest = tmp_path / "train.jsonl"
+    lines = []
+    for language in ("en", "de"):  # the same speech said to be in two languages: copies, as a file is done once
+        (tmp_path / language).mkdir()
+        for clip in sorted(clips.glob("*")):
+            (tmp_path / language / clip.name).write_bytes(clip.read_bytes())
+            lines.append({"path": str(tmp_path / language / clip.name), "language": language})
+    manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    summary = distill(random_main, [str(manifest)], tmp_path / "a", replace(OPTIONS, held_out=0.5),
+                      cache=tmp_path / "c")
+    assert summary["training_data"]["languages"] == ["de", "en"]
+    assert set(summary["held_out_acceptance_by_language"]) == {"de", "en"}
+    assert set(summary["held_out_draft_vocab_coverage_by_language"]) == {"de", "en"}
+    assert {"held_out_acceptance_de", "held_out_acceptance_en"} <= set(summary["log"][-1])
+    config = json.loads((tmp_path / "a" / "assistant.json").read_text())
+    assert config["draft_languages"] == ["de", "en"]
+    card = (tmp_path / "a" / "README.md").read_text()
+    assert "| de |" in card and "acceptance de" in card
+    assistant = load_distilled(tmp_path / "a", random_main.main, torch.float32, "cpu")
+    assert assistant.draft_languages == ("de", "en")

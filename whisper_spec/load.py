@@ -171,7 +171,8 @@ def load_distilled(path: Path, main: Whisper, dtype, device, int8: bool = False)
     if left:
         raise ValueError(f"{path}: weights missing from model.safetensors: {left[:5]}")
     # its configuration and tokenizer files are the main model's
-    languages = config.get("training", {}).get("training_data", {}).get("languages")
+    # assistants written before draft_languages was stored drafted for every language they were trained on
+    languages = config.get("draft_languages", config.get("training", {}).get("training_data", {}).get("languages"))
     return Whisper(str(path), main.path, dims, main.special, main.tokenizer, decoder, None,
                    tuple(languages) if languages else None, DISTILLED_FRAME_MARGIN)
 

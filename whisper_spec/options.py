@@ -88,7 +88,9 @@ class DistillOptions:
     top_k: int = 16  # teacher logits kept per position
     join: int = 0  # also train on recordings of this many files end to end (see distill.data); 0: none
     augment: int = 0  # perturbed copies of every training recording (see distill.data.perturb)
-    held_out: float = 0.1  # fraction of files kept out of training, for held-out acceptance
+    shifts: int = 1  # ways a long recording is cut into windows (see distill.data.plan_recordings)
+    held_out: float = 0.1  # fraction of short files, and of each long file's end, kept out of training
+    balance: float = 0.5  # language sampling: 1 as the data has them, 0 every language equally often
     eval_every: int = 100
     checkpoint_every: int = 100
     seed: int = 0
@@ -100,8 +102,10 @@ class DistillOptions:
             raise ValueError("layers, steps and batch_size must be >= 1 and held_out in [0, 1)")
         if self.join == 1 or self.join < 0:
             raise ValueError("join must be 0 (no joined recordings) or at least 2 files")
-        if self.augment < 0:
-            raise ValueError("augment must be >= 0")
+        if self.augment < 0 or self.shifts < 1:
+            raise ValueError("augment must be >= 0 and shifts >= 1")
+        if not 0 <= self.balance <= 1:
+            raise ValueError("balance must be in [0, 1]")
 
 
 @dataclass(frozen=True)

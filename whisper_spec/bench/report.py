@@ -45,7 +45,7 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
             "tokens_per_main_forward": stats.tokens_per_main_forward if stats else None,
             "generated_tokens": stats.generated if stats else sum(len(t) + 1 for t in run.tokens),
             "tokens_per_second": None,
-            "acceptance_by_language": _acceptance_by_language(run.per_utterance, languages),
+            "by_language": _by_language(run, references, languages),
             "drafted_by_position": stats.drafted_by_position if stats else [],
             "accepted_by_position": stats.accepted_by_position if stats else [],
             "peak_memory_bytes": run.peak_memory_bytes,
@@ -55,6 +55,10 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
         entry["tokens_per_second"] = entry["generated_tokens"] / seconds if seconds else None
         if stats and float_main is not None and float_main.decoding_seconds:
             entry["decoding_speedup"] = statistics.median(float_main.decoding_seconds) / entry["decoding_seconds"]
+            main_by_language = _by_language(float_main, references, languages)
+            for language, figures in entry["by_language"].items():
+                main_seconds = main_by_language[language]["decoding_seconds"]
+                figures["decoding_speedup"] = main_seconds / figures["decoding_seconds"] if figures["decoding_seconds"] else None
         results.append(entry)
     failures = check_exactness(results)
     return {
@@ -73,13 +77,25 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
     }
 
 
-def _acceptance_by_language(per_utterance: list[DecodingStats], languages: list[str]) -> dict[str, float]:
-    counts: dict[str, list[int]] = {}
-    for row, language in zip(per_utterance, languages):
-        drafted_accepted = counts.setdefault(language, [0, 0])
-        drafted_accepted[0] += row.drafted
-        drafted_accepted[1] += row.accepted
-    return {language: accepted / drafted for language, (drafted, accepted) in sorted(counts.items()) if drafted}
+def _by_language(run, references: list[str | None], languages: list[str]) -> dict[str, dict]:
+    """Per language: utterances, WER, acceptance, tokens per main forward and decoding seconds (of
+    the last repeat; a batch's seconds are shared equally by its rows, so at batch 1 they are the
+    language's own, in a mixed batch an estimate)."""
+    out = {}
+    for language in sorted(set(languages)):
+        rows = [i for i, row_language in enumerate(languages) if row_language == language]
+        stats = DecodingStats()
+        for i in rows if run.per_utterance else []:
+            stats.add(run.per_utterance[i])
+        out[language] = {
+            "utterances": len(rows),
+            "wer": word_error_rate([references[i] for i in rows], [run.texts[i] for i in rows], [language] * len(rows)),
+            "acceptance": stats.acceptance,
+            "tokens_per_main_forward": stats.tokens_per_main_forward,
+            "decoding_seconds": stats.decoding_seconds if run.per_utterance else None,
+            "decoding_speedup": None,
+        }
+    return out
 
 
 def check_exactness(results: list[dict]) -> list[str]:
@@ -119,6 +135,15 @@ def markdown_table(report: dict) -> str:
             f"{fmt(r['speedup'], '{:.2f}x')} | {fmt(r['acceptance'], '{:.3f}')} | "
             f"{fmt(r['tokens_per_main_forward'], '{:.2f}')} | {fmt(r['identical_fraction'], '{:.0%}')} |"
         )
+    speculative = [r for r in report["configs"] if r["speculative"] and r["engine"] == "whisper-spec"]
+    if len(report["data"]["languages"]) > 1 and speculative:
+        lines += ["", "| configuration | language | utterances | WER (%) | acceptance | tokens / main forward "
+                  "| decoding speedup |", "|---|---|---:|---:|---:|---:|---:|"]
+        for r in speculative:
+            for language, f in r["by_language"].items():
+                lines.append(f"| {r['name']} | {language} | {f['utterances']} | {fmt(f['wer'] and 100 * f['wer'], '{:.2f}')} | "
+                             f"{fmt(f['acceptance'], '{:.3f}')} | {fmt(f['tokens_per_main_forward'], '{:.2f}')} | "
+                             f"{fmt(f['decoding_speedup'], '{:.2f}x')} |")
     lines.append("")
     lines.append("check: " + ("passed (speculative output identical to main-only output)" if report["check"]["passed"]
                               else "FAILED: " + "; ".join(report["check"]["failures"])))

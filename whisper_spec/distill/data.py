@@ -16,12 +16,15 @@ from tqdm import tqdm
 
 from ..audio import N_SAMPLES, SAMPLE_RATE, AudioError, batch_features, load_audio
 from ..decoding import decode_encoded
-from ..jobs import Job
+from ..jobs import Job, audio_seconds
 from ..options import DecodingOptions
 from ..pair import Whisper, WhisperPair
 from ..sources import cache_dir
 
 CACHE_VERSION = 1  # of the window files' contents
+# A file at least this long is held out by its end rather than whole: a few long recordings (the
+# multilingual TTS set has two a language) would otherwise lose half a language to the held-out set.
+LONG_SECONDS = 60.0
 
 
 def _recording_key(parts: tuple[Job, ...], digests: dict[Path, bytes]) -> str:
@@ -42,6 +45,18 @@ class Recording:
     parts: tuple[Job, ...]
     held_out: bool
     copy: int = 0  # 0: the audio as it is; n > 0: its n-th perturbed copy
+    span: tuple[float, float] = (0.0, 1.0)  # the part of the audio used, as fractions of its length
+    shift: float = 0.0  # seconds into the span where its first window starts (another cut of the audio)
+
+    def key(self, content: str) -> str:
+        """Its windows' cache key, from the content key of its parts."""
+        if self.span != (0.0, 1.0) or self.shift:
+            content = f"{content}_{self.span[0]:g}_{self.span[1]:g}_{self.shift:g}"
+        return content
+
+
+def is_long(job: Job) -> bool:
+    return audio_seconds(job.path) >= LONG_SECONDS
 
 
 def perturb(audio: np.ndarray, seed: int, copy: int, key: str) -> np.ndarray:
@@ -60,15 +75,29 @@ def perturb(audio: np.ndarray, seed: int, copy: int, key: str) -> np.ndarray:
     return (audio + gain * noise).astype(np.float32)
 
 
-def plan_recordings(jobs: list[Job], held_out: set[str], join: int, seed: int, augment: int = 0) -> list[Recording]:
+def plan_recordings(jobs: list[Job], held_out: set[str], join: int, seed: int, augment: int = 0, *,
+                    held_out_fraction: float = 0.0, shifts: int = 1) -> list[Recording]:
     """Every file on its own; with join, also recordings of `join` files end to end. A short file is
     one 30 s window padded with silence, but long-form transcription decodes full windows that cut
     speech at both edges: joined recordings give the assistant those. Files are joined only with
-    files of the same language and the same side of the held-out split, in a seeded order. With
-    augment, every training recording (never a held-out one) also comes as that many perturbed copies."""
-    recordings = [Recording(str(job.path), (job,), str(job.path) in held_out) for job in jobs]
+    files of the same language and the same side of the held-out split, in a seeded order.
+    held_out: the short files held out whole. A long file (is_long) is never joined: its last
+    held_out_fraction is held out, the rest is trained on, cut into windows `shifts` ways (starting
+    0, 30/shifts, ... s in) so that the same speech falls at other places of a window. With augment,
+    every training recording (never a held-out one) also comes as that many perturbed copies."""
+    recordings, short = [], []
+    for job in jobs:
+        if not is_long(job):
+            recordings.append(Recording(str(job.path), (job,), str(job.path) in held_out))
+            short.append(job)
+            continue
+        cut = 1.0 - held_out_fraction
+        recordings += [Recording(str(job.path) + (f"@{shift:g}s" if shift else ""), (job,), False, span=(0.0, cut),
+                                 shift=shift) for shift in (n * N_SAMPLES / SAMPLE_RATE / shifts for n in range(shifts))]
+        if held_out_fraction:
+            recordings.append(Recording(f"{job.path}#end", (job,), True, span=(cut, 1.0)))
     groups: dict[tuple, list[Job]] = {}
-    for job in jobs if join else []:
+    for job in short if join else []:
         groups.setdefault((str(job.path) in held_out, job.language), []).append(job)
     for (held, _), members in groups.items():
         random.Random(seed).shuffle(members)
@@ -138,8 +167,11 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
         audio = np.concatenate(pieces)
         key = _recording_key(recording.parts, digests)
         if recording.copy:
-            audio = perturb(audio, seed, recording.copy, key)
+            audio = perturb(audio, seed, recording.copy, key)  # the whole recording, then its span
             key = f"{key}-p{seed}.{recording.copy}"
+        key = recording.key(key)
+        start, end = (round(fraction * len(audio)) for fraction in recording.span)
+        audio = audio[start + round(recording.shift * SAMPLE_RATE) : end]
         for offset in range(0, len(audio), N_SAMPLES):
             file = cache / "windows" / f"{key}-{offset // N_SAMPLES}.pt"
             files.append((file, recording))
@@ -177,6 +209,7 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
 @dataclass
 class Example:
     window: int
+    language: str  # the window's, as the main model detected it (or as given)
     tokens: torch.Tensor  # prompt + labels + EOT
     start: int  # first predicting position
     top_ids: torch.Tensor  # [n, k] full-vocabulary ids
@@ -192,6 +225,6 @@ def load_cache(files: list[Path], top_k: int):
         encoder.append(item["encoder"])
         languages.append(item["language"])
         for ex in item["examples"]:
-            examples.append(Example(index, torch.tensor(ex["tokens"]), ex["start"], ex["top_ids"].long(),
+            examples.append(Example(index, item["language"], torch.tensor(ex["tokens"]), ex["start"], ex["top_ids"].long(),
                                      ex["top_logits"].float()))
     return torch.stack(encoder), examples, languages

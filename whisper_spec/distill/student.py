@@ -25,13 +25,18 @@ def spread_layers(n_main: int, n: int) -> list[int]:
 
 def choose_draft_vocab(main: Whisper, examples: list[Example], size: int) -> torch.Tensor:
     """EOT, the timestamps and every token of the training pseudo-labels; then the tokens the main
-    model gives the most probability on the training audio (its top-k); then the lowest text ids."""
+    model gives the most probability on the training audio (its top-k), each language's probability
+    mass counted as a share of its own (a language with less audio is covered as well as one with
+    more); then the lowest text ids."""
     special = main.special
     chosen = {special.eot, *range(special.timestamp_begin, main.dims.n_vocab)}
     chosen.update(t for e in examples for t in e.tokens.tolist())
     mass = torch.zeros(main.dims.n_vocab)
-    for e in examples:
-        mass.index_add_(0, e.top_ids.reshape(-1), torch.softmax(e.top_logits, dim=-1).reshape(-1))
+    for language in sorted({e.language for e in examples}):
+        own = torch.zeros(main.dims.n_vocab)
+        for e in (e for e in examples if e.language == language):
+            own.index_add_(0, e.top_ids.reshape(-1), torch.softmax(e.top_logits, dim=-1).reshape(-1))
+        mass += own / own.sum()
     suppressed = set(special.suppress)
     mass[list(suppressed)] = 0
     order = mass.argsort(descending=True, stable=True)
@@ -83,9 +88,11 @@ def model_card(config: dict) -> str:
     def rate(name: str, entry: dict = training) -> str:
         return "n/a" if entry.get(name) is None else f"{entry[name]:.3f}"
 
+    figures = [name for name in (training.get("log") or [{}])[-1] if name.startswith("held_out_")]
+    header = "| step | loss |" + "".join(f" {name.removeprefix('held_out_').replace('_', ' ')} |" for name in figures)
+    log = "\n".join(f"| {e['step']} | {e['loss']:.3f} |" + "".join(f" {rate(name, e)} |" for name in figures)
+                    for e in training.get("log", []))
     joined = training.get("held_out_joined_acceptance") is not None
-    log = "\n".join(f"| {e['step']} | {e['loss']:.3f} | {rate('held_out_acceptance', e)} |"
-                    + (f" {rate('held_out_joined_acceptance', e)} |" if joined else "") for e in training.get("log", []))
     joined_line = (f" (on the held-out joined recordings' windows {rate('held_out_joined_acceptance_before')}"
                    f" before, {rate('held_out_joined_acceptance')} after)") if joined else ""
     joined_files = (f" and {data.get('joined_recordings')} recordings of {recipe.get('join')} of them joined end to end"
@@ -93,6 +100,17 @@ def model_card(config: dict) -> str:
                     if recipe.get("join") else "")
     joined_files += (f"; {data.get('perturbed_copies')} perturbed copies of the training recordings ({recipe.get('augment')}"
                      " each: speed changed by up to 10%, white noise at 10-30 dB SNR)" if recipe.get("augment") else "")
+    joined_files += (f"; recordings of 60 s or more cut into windows {recipe.get('shifts')} ways"
+                     if (recipe.get("shifts") or 1) > 1 else "")
+    ends = (f", and the last {recipe.get('held_out'):.0%} of each of {data['held_out_ends']} recordings of 60 s or"
+            " more (its speech never trained on)" if data.get("held_out_ends") else "")
+    by_language = training.get("held_out_acceptance_by_language") or {}
+    coverage = training.get("held_out_draft_vocab_coverage_by_language") or {}
+    languages_table = "" if len(coverage) < 2 else (
+        "\n| language | training sequences | held-out acceptance | held-out tokens in the draft vocabulary |\n"
+        "|---|---:|---:|---:|\n" + "\n".join(
+            f"| {language} | {(data.get('train_sequences_by_language') or {}).get(language, 0)} | "
+            f"{rate(language, by_language)} | {rate(language, coverage)} |" for language in coverage) + "\n")
     return f"""# Distilled assistant for {config['main_model']}
 
 A {len(config['layers_from_main'])}-layer assistant decoder for speculative decoding with `{config['main_model']}`
@@ -103,7 +121,11 @@ writes a standard `WhisperForCausalLM`). Greedy output with it is the main model
 - Initialised from the main decoder's layers {config['layers_from_main']}; it cross-attends to the main
   encoder's output. Shared with the main model and not stored here: {'; '.join(config['shared_with_main'])}.
 - Drafts from {config['draft_vocab_size']} tokens of the vocabulary (EOT, timestamps, every pseudo-label
-  token, then the tokens the main model puts probability on); the main model still scores all.
+  token, then the tokens the main model puts probability on, each language's counted as a share of
+  its own); the main model still scores all.
+- Drafts for rows in {', '.join(config.get('draft_languages') or ['every language'])} (the languages it was trained
+  and measured on; the main model's language detection decides a row's); other rows are decoded by
+  the main model alone.
 - Stored: its own layers, positional embedding and final layer norm, float16.
 
 ## Recipe
@@ -114,15 +136,16 @@ Distil-whisper style: cross-entropy (weight {recipe.get('ce_weight')}) on the ma
 transcripts, with and without timestamps, plus KL divergence (weight {recipe.get('kl_weight')}, temperature
 {recipe.get('kl_temperature')}) to its top-{recipe.get('top_k')} logits; AdamW, peak learning rate
 {recipe.get('learning_rate')}, {recipe.get('warmup_steps')} warm-up steps then cosine decay,
-{recipe.get('steps')} steps of {recipe.get('batch_size')} sequences, seed {recipe.get('seed')}; token
+{recipe.get('steps')} steps of {recipe.get('batch_size')} sequences, seed {recipe.get('seed')}, languages drawn
+in proportion to their sequences to the power {recipe.get('balance', 1.0)}; token
 embedding and cross-attention key/value projections frozen (shared).
 
 ## Data
 
 `{data.get('source')}`: {data.get('files')} files{joined_files}, {data.get('windows')} windows, languages
-{data.get('languages')}; {data.get('held_out_files')} files held out for the acceptance below; {data.get('train_sequences')}
+{', '.join(data.get('languages') or [])} (given, or as the main model detected them window by window); {data.get('held_out_files')} files held out for the acceptance below{ends}; {data.get('train_sequences')}
 training sequences.
-
+{languages_table}
 ## Training
 
 Teacher labels {training.get('label_seconds')} s (0 when cached), training {training.get('train_seconds')} s
@@ -131,7 +154,7 @@ assistant's argmax equals the main model's greedy token) {rate('held_out_accepta
 {rate('held_out_acceptance')} after{joined_line}; {rate('held_out_draft_vocab_coverage')} of
 held-out tokens are in the draft vocabulary.
 
-| step | loss | held-out acceptance |{" joined recordings |" if joined else ""}
-|---:|---:|---:|{"---:|" if joined else ""}
+{header}
+|---:|---:|{"---:|" * len(figures)}
 {log}
 """

@@ -7,6 +7,7 @@ import os
 import platform
 import random
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,8 +20,11 @@ from ..jobs import collect_jobs
 from ..model import Decoder
 from ..options import DistillOptions
 from ..pair import Whisper, WhisperPair, own_state
-from .data import Example, default_cache, load_cache, plan_recordings, prepare_teacher_cache
+from .data import Example, default_cache, is_long, load_cache, plan_recordings, prepare_teacher_cache
 from .student import build_student, choose_draft_vocab, save_assistant, spread_layers
+
+# a language with fewer of the training sequences is not drafted for (see _draft_languages)
+MIN_LANGUAGE_SHARE = 0.02
 
 
 def _split(sources: list[str], held_out: float, seed: int) -> set[str]:
@@ -72,9 +76,11 @@ def distillation_loss(logits, labels, top_ids, top_logits, options: DistillOptio
 
 
 @torch.no_grad()
-def agreement(student: Decoder, examples: list[Example], cross, to_draft, eot: int, batch_size: int = 32) -> float:
-    """Teacher-forced acceptance: how often the assistant's argmax is the main model's greedy token."""
-    hits = total = 0
+def agreement_counts(student: Decoder, examples: list[Example], cross, to_draft, eot: int, batch_size: int = 32
+                     ) -> list[tuple[int, int]]:
+    """Teacher-forced acceptance per example: (positions where the assistant's argmax is the main
+    model's greedy token, positions)."""
+    counts = []
     for first in range(0, len(examples), batch_size):
         tokens, labels, _, _, cross_kv = _collate(examples[first : first + batch_size], cross, to_draft, eot)
         target = torch.full_like(labels, -1)
@@ -82,9 +88,13 @@ def agreement(student: Decoder, examples: list[Example], cross, to_draft, eot: i
             target[row, e.start : len(e.tokens) - 1] = e.tokens[e.start + 1 :]
         logits = _forward(student, tokens, cross_kv)
         predicted = student.proj_out.token_ids[logits.argmax(dim=-1)]
-        hits += int(((predicted == target) & (target >= 0)).sum())
-        total += int((target >= 0).sum())
-    return hits / max(total, 1)
+        hits = ((predicted == target) & (target >= 0)).sum(dim=1)
+        counts += list(zip(hits.tolist(), (target >= 0).sum(dim=1).tolist()))
+    return counts
+
+
+def _fraction(counts: list[tuple[int, int]]) -> float:
+    return sum(h for h, _ in counts) / max(sum(n for _, n in counts), 1)
 
 
 def _cross_kv(main: Whisper, init_layers: list[int], encoder: torch.Tensor) -> list[tuple]:
@@ -104,7 +114,7 @@ def _cross_kv(main: Whisper, init_layers: list[int], encoder: torch.Tensor) -> l
 
 def distill(
     main_pair: WhisperPair,
-    source: str,
+    source: str | list[str],
     output: Path,
     options: DistillOptions = DistillOptions(),
     *,
@@ -112,53 +122,59 @@ def distill(
     resume: bool = False,
     command: str | None = None,
 ) -> dict:
-    """Train an assistant for main_pair.main on the audio in source; write it to output."""
+    """Train an assistant for main_pair.main on the audio in source (one or several folders, globs or
+    manifests); write it to output."""
     main = main_pair.main
     started = time.perf_counter()
     torch.manual_seed(options.seed)
-    jobs = collect_jobs(source)
-    if not jobs:
-        raise ValueError(f"{source}: no audio files")
-    held = _split([str(job.path) for job in jobs], options.held_out, options.seed)
-    recordings = plan_recordings(jobs, held, options.join, options.seed, options.augment)
+    sources = [source] if isinstance(source, str) else list(source)
+    jobs = [job for one in sources for job in collect_jobs(one)]
+    held = _split([str(job.path) for job in jobs if not is_long(job)], options.held_out, options.seed)
+    recordings = plan_recordings(jobs, held, options.join, options.seed, options.augment,
+                                 held_out_fraction=options.held_out, shifts=options.shifts)
     windows = prepare_teacher_cache(main_pair, recordings, cache or default_cache(main), top_k=options.top_k,
                                     seed=options.seed)
     label_seconds = time.perf_counter() - started
     encoder, examples, languages = load_cache([file for file, _ in windows], options.top_k)
     recording_of = [recording for _, recording in windows]
     train = [e for e in examples if not recording_of[e.window].held_out]
-    # held-out acceptance on single files (short clips, padded windows) and on joined recordings' full windows
-    held_out = {
-        "held_out_acceptance": [e for e in examples
-                                if recording_of[e.window].held_out and len(recording_of[e.window].parts) == 1],
-        "held_out_joined_acceptance": [e for e in examples
-                                       if recording_of[e.window].held_out and len(recording_of[e.window].parts) > 1],
-    }
+    held_out = [e for e in examples if recording_of[e.window].held_out]
     if not train:
-        raise ValueError(f"{source}: no training windows left after holding out {options.held_out:.0%}")
+        raise ValueError(f"{', '.join(sources)}: no training windows left after holding out {options.held_out:.0%}")
+    draft_languages = _draft_languages(train, held_out)
+    # held-out acceptance overall, on joined recordings' full windows, and per language where several
+    groups = {"held_out_acceptance": held_out,
+              "held_out_joined_acceptance": [e for e in held_out if len(recording_of[e.window].parts) > 1]}
+    if len({e.language for e in held_out}) > 1:
+        groups.update({f"held_out_acceptance_{language}": [e for e in held_out if e.language == language]
+                       for language in sorted({e.language for e in held_out})})
 
     init_layers = list(options.init_layers or spread_layers(main.dims.n_text_layer, options.layers))
     draft_vocab = choose_draft_vocab(main, train, options.draft_vocab)
     to_draft = torch.full((main.dims.n_vocab,), -1, dtype=torch.long)
     to_draft[draft_vocab] = torch.arange(len(draft_vocab))
     student = build_student(main, init_layers, draft_vocab)
-    data = _Data(train, held_out, _cross_kv(main, init_layers, encoder), to_draft, main.special.eot)
+    data = _Data(train, groups, _cross_kv(main, init_layers, encoder), to_draft, main.special.eot, options.balance)
     train_started = time.perf_counter()
     initial, log = _train(student, data, options, output / "checkpoint.pt", resume)
 
-    valid = held_out["held_out_acceptance"]
-    coverage = np.mean([float(to_draft[t] >= 0) for e in valid for t in e.tokens[e.start + 1 :].tolist()]) if valid else None
+    def coverage(examples: list[Example]) -> float | None:
+        tokens = [t for e in examples for t in e.tokens[e.start + 1 :].tolist()]
+        return float(np.mean([to_draft[t] >= 0 for t in tokens])) if tokens else None
+
     summary = {
         "recipe": {**asdict(options), "init_layers": init_layers},
         "training_data": {
-            "source": source,
+            "source": " ".join(sources),
             "files": len(jobs),
             "joined_recordings": sum(len(r.parts) > 1 and not r.copy for r in recordings),
             "perturbed_copies": sum(bool(r.copy) for r in recordings),
             "windows": len(encoder),
             "held_out_files": len(held),
+            "held_out_ends": sum(r.held_out and r.span != (0.0, 1.0) for r in recordings),
             "languages": sorted(set(languages)),
             "train_sequences": len(train),
+            "train_sequences_by_language": dict(sorted(Counter(e.language for e in train).items())),
         },
         "command": command,
         "label_seconds": round(label_seconds, 1),
@@ -167,14 +183,29 @@ def distill(
         "held_out_acceptance": log[-1]["held_out_acceptance"] if log else None,
         "held_out_joined_acceptance_before": initial.get("held_out_joined_acceptance"),
         "held_out_joined_acceptance": log[-1].get("held_out_joined_acceptance") if log else None,
-        "held_out_draft_vocab_coverage": coverage,
+        "held_out_acceptance_by_language": {key.removeprefix("held_out_acceptance_"): value
+                                            for key, value in (log[-1] if log else {}).items()
+                                            if key.startswith("held_out_acceptance_")},
+        "held_out_draft_vocab_coverage": coverage(held_out),
+        "held_out_draft_vocab_coverage_by_language": {
+            language: coverage([e for e in held_out if e.language == language])
+            for language in sorted({e.language for e in held_out})},
         "log": log,
         "torch": torch.__version__,
         "machine": f"{platform.machine()} ({os.cpu_count()} cores, {main_pair.device}), {torch.get_num_threads()} threads",
     }
-    save_assistant(student, main, output, {"training": summary})
+    save_assistant(student, main, output, {"draft_languages": draft_languages, "training": summary})
     (output / "checkpoint.pt").unlink(missing_ok=True)
     return summary
+
+
+def _draft_languages(train: list[Example], held_out: list[Example]) -> list[str]:
+    """The languages the assistant was trained and measured on: a few windows the main model took
+    for another language do not make it draft there."""
+    counts = Counter(e.language for e in train)
+    measured = {e.language for e in held_out}
+    return sorted(language for language, n in counts.items()
+                  if n >= MIN_LANGUAGE_SHARE * len(train) and (language in measured or not held_out))
 
 
 @dataclass(frozen=True)
@@ -184,10 +215,22 @@ class _Data:
     cross: list[tuple]  # per assistant layer: every window's frozen cross-attention keys and values
     to_draft: torch.Tensor  # full-vocabulary id -> draft-vocabulary id (-1: not in it)
     eot: int
+    balance: float
 
     def held_out_acceptance(self, student: Decoder) -> dict[str, float]:
-        return {name: agreement(student, examples, self.cross, self.to_draft, self.eot)
-                for name, examples in self.held_out.items() if examples}
+        """Every figure from one pass over the held-out examples (the groups overlap)."""
+        examples = {id(e): e for group in self.held_out.values() for e in group}
+        counts = dict(zip(examples, agreement_counts(student, list(examples.values()), self.cross, self.to_draft,
+                                                     self.eot)))
+        return {name: _fraction([counts[id(e)] for e in group]) for name, group in self.held_out.items() if group}
+
+    def sampling_weights(self) -> torch.Tensor:
+        """Per training sequence: a language is drawn with probability proportional to its number of
+        sequences to the power `balance` (1: as the data has them; 0: every language equally often)."""
+        counts = Counter(e.language for e in self.train)
+        total = sum(n**self.balance for n in counts.values())
+        return torch.tensor([counts[e.language] ** self.balance / total / counts[e.language] for e in self.train],
+                            dtype=torch.float64)
 
 
 def _learning_rate(options: DistillOptions):
@@ -201,6 +244,26 @@ def _learning_rate(options: DistillOptions):
     return factor
 
 
+# Sequences padded together per forward pass. A step's sequences go through in groups of similar
+# length (and gradients add up), because one 30 s window's 200 tokens would pad fifteen short clips.
+GROUP_SIZE = 4
+
+
+def _accumulate(student: Decoder, batch: list[Example], data: _Data, options: DistillOptions) -> float:
+    """Backpropagate the loss of a step's sequences (sorted by length), a group at a time, each
+    group's loss weighted by its share of the predicted positions; the step's loss."""
+    predicted = [len(e.tokens) - 1 - e.start for e in batch]
+    total = 0.0
+    for first in range(0, len(batch), GROUP_SIZE):
+        group = batch[first : first + GROUP_SIZE]
+        tokens, labels, top_ids, top_logits, cross_kv = _collate(group, data.cross, data.to_draft, data.eot)
+        loss = distillation_loss(_forward(student, tokens, cross_kv), labels, top_ids, top_logits, options)
+        weight = sum(predicted[first : first + GROUP_SIZE]) / sum(predicted)
+        (loss * weight).backward()
+        total += loss.item() * weight
+    return total
+
+
 def _train(student: Decoder, data: _Data, options: DistillOptions, checkpoint: Path, resume: bool
            ) -> tuple[dict, list[dict]]:
     """The training loop, resumable from its checkpoint; held-out acceptance before training (a
@@ -210,6 +273,7 @@ def _train(student: Decoder, data: _Data, options: DistillOptions, checkpoint: P
     optimizer = torch.optim.AdamW(parameters, lr=options.learning_rate, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _learning_rate(options))
     order = torch.Generator().manual_seed(options.seed)
+    weights = data.sampling_weights()
     step, log = 0, []
     if resume and checkpoint.is_file():
         saved = torch.load(checkpoint, weights_only=False)
@@ -219,28 +283,22 @@ def _train(student: Decoder, data: _Data, options: DistillOptions, checkpoint: P
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         order.set_state(saved["order"])
-        step, log, permutation, cursor = saved["step"], saved["log"], saved["permutation"], saved["cursor"]
-    else:
-        permutation, cursor = torch.randperm(len(data.train), generator=order), 0
+        step, log = saved["step"], saved["log"]
     initial = data.held_out_acceptance(student) if step == 0 else {}
 
     bar = tqdm(total=options.steps, initial=step, desc="distilling", unit="step")
     while step < options.steps:
-        if cursor + options.batch_size > len(permutation):
-            permutation, cursor = torch.randperm(len(data.train), generator=order), 0
-        batch = [data.train[i] for i in permutation[cursor : cursor + options.batch_size].tolist()]
-        cursor += options.batch_size
-        tokens, labels, top_ids, top_logits, cross_kv = _collate(batch, data.cross, data.to_draft, data.eot)
-        loss = distillation_loss(_forward(student, tokens, cross_kv), labels, top_ids, top_logits, options)
+        picked = torch.multinomial(weights, min(options.batch_size, len(weights)), generator=order)
+        batch = sorted((data.train[i] for i in picked.tolist()), key=lambda e: len(e.tokens))
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = _accumulate(student, batch, data, options)
         torch.nn.utils.clip_grad_norm_(parameters, 1.0)
         optimizer.step()
         scheduler.step()
         step += 1
-        postfix = {"loss": f"{loss.item():.3f}"}
+        postfix = {"loss": f"{loss:.3f}"}
         if step % options.eval_every == 0 or step == options.steps:
-            entry = {"step": step, "loss": loss.item(), "held_out_acceptance": None,
+            entry = {"step": step, "loss": loss, "held_out_acceptance": None,
                      **data.held_out_acceptance(student)}
             log.append(entry)
             if entry["held_out_acceptance"] is not None:
@@ -250,8 +308,7 @@ def _train(student: Decoder, data: _Data, options: DistillOptions, checkpoint: P
         if step % options.checkpoint_every == 0 and step < options.steps:
             checkpoint.parent.mkdir(parents=True, exist_ok=True)
             torch.save({"options": asdict(options), "student": own_state(student), "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(), "order": order.get_state(), "step": step, "log": log,
-                        "permutation": permutation, "cursor": cursor},
+                        "scheduler": scheduler.state_dict(), "order": order.get_state(), "step": step, "log": log},
                        checkpoint)
     bar.close()
     return initial, log
