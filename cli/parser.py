@@ -11,6 +11,7 @@ from whisper_spec import __version__
 from whisper_spec.options import (
     BATCH_SIZE,
     DTYPES,
+    LONG_RECORDING_SECONDS,
     BenchOptions,
     ChunkingOptions,
     DecodingOptions,
@@ -203,11 +204,11 @@ def _add_distill_parser(sub) -> None:
                        help="also train on N perturbed copies of every training recording: speed changed by up to "
                             "10%%, white noise at 10-30 dB SNR (default: none)")
     train.add_argument("--shifts", type=int, default=DistillOptions.shifts, metavar="N",
-                       help="cut each recording of 60 s or more into 30 s windows N ways, starting 0, 30/N, ... s "
-                            "in (default: %(default)s)")
+                       help=f"cut each recording of {LONG_RECORDING_SECONDS} s or more into 30 s windows N ways, "
+                            "starting 0, 30/N, ... s in (default: %(default)s)")
     train.add_argument("--held-out", type=float, default=DistillOptions.held_out,
-                       help="fraction of short files, and of the end of each recording of 60 s or more, kept out "
-                            "for held-out acceptance (default: %(default)s)")
+                       help="fraction of short files, and of the end of each recording of "
+                            f"{LONG_RECORDING_SECONDS} s or more, kept out for held-out acceptance (default: %(default)s)")
     train.add_argument("--balance", type=float, default=DistillOptions.balance,
                        help="language sampling: 1 draws languages as often as the data has them, 0 equally "
                             "often (default: %(default)s)")

@@ -17,14 +17,11 @@ from tqdm import tqdm
 from ..audio import N_SAMPLES, SAMPLE_RATE, AudioError, batch_features, load_audio
 from ..decoding import decode_encoded
 from ..jobs import Job, audio_seconds
-from ..options import DecodingOptions
+from ..options import LONG_RECORDING_SECONDS, DecodingOptions
 from ..pair import Whisper, WhisperPair
 from ..sources import cache_dir
 
 CACHE_VERSION = 1  # of the window files' contents
-# A file at least this long is held out by its end rather than whole: a few long recordings (the
-# multilingual TTS set has two a language) would otherwise lose half a language to the held-out set.
-LONG_SECONDS = 60.0
 
 
 def _recording_key(parts: tuple[Job, ...], digests: dict[Path, bytes]) -> str:
@@ -56,7 +53,7 @@ class Recording:
 
 
 def is_long(job: Job) -> bool:
-    return audio_seconds(job.path) >= LONG_SECONDS
+    return audio_seconds(job.path) >= LONG_RECORDING_SECONDS
 
 
 def perturb(audio: np.ndarray, seed: int, copy: int, key: str) -> np.ndarray:

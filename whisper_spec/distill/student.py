@@ -10,6 +10,7 @@ import torch
 
 from ..checkpoint import save_safetensors
 from ..model import Decoder
+from ..options import LONG_RECORDING_SECONDS
 from ..pair import ASSISTANT_CONFIG, ASSISTANT_FORMAT, SHARED_WITH_MAIN, Whisper, own_state, share_main_modules
 from .data import Example
 
@@ -100,10 +101,10 @@ def model_card(config: dict) -> str:
                     if recipe.get("join") else "")
     joined_files += (f"; {data.get('perturbed_copies')} perturbed copies of the training recordings ({recipe.get('augment')}"
                      " each: speed changed by up to 10%, white noise at 10-30 dB SNR)" if recipe.get("augment") else "")
-    joined_files += (f"; recordings of 60 s or more cut into windows {recipe.get('shifts')} ways"
+    joined_files += (f"; recordings of {LONG_RECORDING_SECONDS} s or more cut into windows {recipe.get('shifts')} ways"
                      if (recipe.get("shifts") or 1) > 1 else "")
-    ends = (f", and the last {recipe.get('held_out'):.0%} of each of {data['held_out_ends']} recordings of 60 s or"
-            " more (its speech never trained on)" if data.get("held_out_ends") else "")
+    ends = (f", and the last {recipe.get('held_out'):.0%} of each of {data['held_out_ends']} recordings of"
+            f" {LONG_RECORDING_SECONDS} s or more (its speech never trained on)" if data.get("held_out_ends") else "")
     by_language = training.get("held_out_acceptance_by_language") or {}
     coverage = training.get("held_out_draft_vocab_coverage_by_language") or {}
     languages_table = "" if len(coverage) < 2 else (
