@@ -1,6 +1,7 @@
 """The shipped assistant for whisper base: it loads, pairs with base, and the output stays exact."""
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -117,3 +118,20 @@ def test_assistant_cross_attends_to_the_audio_not_the_padding(shipped):
     full_assistant = load_pair("base", "base", assistant_encoder="shared")
     encode(full_assistant, mel, None, DecodingStats())
     assert full_assistant.assistant.decoder.blocks[0].cross_attn.cross_kv[0].shape[2] == 1500
+
+
+def test_a_drafted_window_is_judged_silent_as_the_main_model_judges_it(shipped):
+    """The last 1.4 s of a FLEURS clip, as the tail pass decodes it: with timestamps, rejected drafts
+    that the timestamp rules forbid once made the average log-probability nan, and the window kept
+    the text that main-only decoding drops."""
+    _, pair = shipped
+    audio = torch.from_numpy(load_audio(speech("fleurs/fleurs-es-001.ogg"))[20 * 16000 :])
+    mel = log_mel_spectrogram(pad_or_trim(audio)[None], 80)
+    for timestamps in (False, True):
+        options = DecodingOptions(language="es", timestamps=timestamps, speculation="on")
+        alone, _ = decode_windows(pair, mel, options, use_assistant=False)
+        spec, stats = decode_windows(pair, mel, options)
+        assert stats.drafted > stats.accepted  # some drafts rejected
+        assert alone[0].no_speech and math.isfinite(alone[0].avg_logprob)
+        assert [(r.tokens, r.no_speech, r.avg_logprob) for r in spec] == [
+            (r.tokens, r.no_speech, r.avg_logprob) for r in alone]

@@ -447,7 +447,8 @@ def advance(context: _Context, state: _State, k: int, round_drafts: Tensor, n_ac
     state.by_position[0, :, :k] += drafted[:, None] > steps[:k]
     state.by_position[1, :, :k] += accepted[:, None] > steps[:k]
     if logprobs is not None:  # positions past the row's new end get zeros, overwritten by later rounds
-        state.logprobs.scatter_(1, length[:, None] + steps, logprobs * (steps < new[:, None]))
+        # where, not a product: a rejected draft the rules forbid has log-probability -inf, and -inf * 0 is nan
+        state.logprobs.scatter_(1, length[:, None] + steps, torch.where(steps < new[:, None], logprobs, 0.0))
 
     state.main_cached = torch.where(active, length + n_accepted, state.main_cached)
     state.assistant_cached = torch.minimum(state.assistant_cached, length + n_accepted)
@@ -473,7 +474,7 @@ def _results(state: _State, context: _Context, languages: list[str], stats: Deco
     results = []
     no_speech = no_speech.tolist() if no_speech is not None else [None] * batch
     positions = torch.arange(state.logprobs.shape[1], device=state.logprobs.device)
-    logprob_sums = (state.logprobs * (positions < state.length[:, None])).sum(dim=1)
+    logprob_sums = torch.where(positions < state.length[:, None], state.logprobs, 0.0).sum(dim=1)
     rows = zip(state.tokens[:, start:].tolist(), state.length.tolist(), state.counts.tolist(),
                state.by_position.transpose(0, 1).tolist(), state.hit_max.tolist(), languages, no_speech,
                logprob_sums.tolist())
