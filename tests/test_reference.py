@@ -6,7 +6,7 @@ import torch
 from conftest import mel_of, speech
 from transformers import WhisperForConditionalGeneration
 
-from whisper_spec.audio import log_mel_spectrogram, pad_or_trim
+from whisper_spec.audio import log_mel_spectrogram, mel_filters, pad_or_trim
 from whisper_spec.decoding import decode_windows
 from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions
@@ -94,3 +94,11 @@ def test_tiny_en_matches_transformers():
         assert result.tokens == reference_tokens(hf, mel[row : row + 1])
     text = pair.main.tokenizer.decode(ours[1].tokens)
     assert "Quilter" in text and "apostle" in text
+
+
+@pytest.mark.parametrize("n_mels", [80, 128])
+def test_mel_filterbank_is_librosas(n_mels):
+    import librosa
+
+    expected = librosa.filters.mel(sr=16000, n_fft=400, n_mels=n_mels)
+    assert np.array_equal(mel_filters(n_mels, torch.device("cpu")).numpy(), expected)

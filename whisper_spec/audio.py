@@ -53,12 +53,36 @@ def _first_line(error: Exception) -> str:
     return text[0] if text else type(error).__name__
 
 
+# Slaney's mel scale: linear (this many Hz a mel) below the knee, logarithmic above it
+_MEL_LINEAR_STEP, _MEL_KNEE_HZ, _MEL_LOG_STEP = 200.0 / 3, 1000.0, np.log(6.4) / 27.0
+
+
+def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
+    mel = hz / _MEL_LINEAR_STEP
+    above = hz >= _MEL_KNEE_HZ
+    return np.where(above, _MEL_KNEE_HZ / _MEL_LINEAR_STEP + np.log(np.maximum(hz, 1e-10) / _MEL_KNEE_HZ)
+                    / _MEL_LOG_STEP, mel)
+
+
+def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
+    knee = _MEL_KNEE_HZ / _MEL_LINEAR_STEP
+    return np.where(mel >= knee, _MEL_KNEE_HZ * np.exp(_MEL_LOG_STEP * (mel - knee)), _MEL_LINEAR_STEP * mel)
+
+
 @functools.lru_cache(maxsize=None)
 def mel_filters(n_mels: int, device: torch.device) -> torch.Tensor:
-    """Slaney-normalised mel filterbank, as openai/whisper and Hugging Face use."""
-    import librosa
-
-    return torch.from_numpy(librosa.filters.mel(sr=SAMPLE_RATE, n_fft=N_FFT, n_mels=n_mels)).to(device)
+    """Slaney-normalised mel filterbank, as openai/whisper and Hugging Face use (librosa's
+    `filters.mel` defaults, which a test compares it with), computed here because importing
+    librosa takes scipy.signal with it: two seconds of every start."""
+    fft_hz = np.fft.rfftfreq(N_FFT, 1.0 / SAMPLE_RATE)
+    edges = _mel_to_hz(np.linspace(_hz_to_mel(np.array(0.0)), _hz_to_mel(np.array(SAMPLE_RATE / 2)), n_mels + 2))
+    ramps = edges[:, None] - fft_hz[None, :]
+    widths = np.diff(edges)
+    weights = np.zeros((n_mels, len(fft_hz)), dtype=np.float32)
+    for i in range(n_mels):
+        weights[i] = np.maximum(0, np.minimum(-ramps[i] / widths[i], ramps[i + 2] / widths[i + 1]))
+    weights *= (2.0 / (edges[2:] - edges[:-2]))[:, None]  # equal area per filter
+    return torch.from_numpy(weights).to(device)
 
 
 def log_mel_spectrogram(windows: torch.Tensor, n_mels: int) -> torch.Tensor:

@@ -82,6 +82,14 @@ class Linear(nn.Linear):
         return linear
 
 
+class Embedding(nn.Embedding):
+    def reset_parameters(self) -> None:
+        # a meta tensor has no values to draw, yet drawing them imports torch's compiler (the meta
+        # normal_ is a decomposition): 1.7 s of every start, where decoders are built on meta
+        if not self.weight.is_meta:
+            super().reset_parameters()
+
+
 def _split_heads(x: Tensor, n_head: int) -> Tensor:
     b, t, d = x.shape
     return x.view(b, t, n_head, d // n_head).transpose(1, 2)
@@ -283,7 +291,7 @@ class Decoder(nn.Module):
     def __init__(self, dims: ModelDims):
         super().__init__()
         self.dims = dims
-        self.token_embedding = nn.Embedding(dims.n_vocab, dims.d_model)
+        self.token_embedding = Embedding(dims.n_vocab, dims.d_model)
         self.positional_embedding = nn.Parameter(torch.zeros(dims.n_text_ctx, dims.d_model))
         self.blocks = nn.ModuleList(
             DecoderBlock(dims.d_model, dims.n_text_head, dims.n_text_ffn) for _ in range(dims.n_text_layer)
