@@ -49,7 +49,7 @@ def pair_args(args) -> dict:
         assistant = None
     device, dtype = _pick_device(args.device, args.dtype, args.int8)
     return dict(main=args.model, assistant=assistant, assistant_encoder=args.assistant_encoder, dtype=dtype,
-                device=device, int8=args.int8)
+                device=device, int8=args.int8, int8_encoder=args.int8_encoder)
 
 
 def load_from_args(args, note):

@@ -81,6 +81,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                             "bfloat16 on cpu with --int8)")
     group.add_argument("--int8", action="store_true",
                        help="int8 weight-only decoder linears for main model and assistant (the encoder stays float)")
+    group.add_argument("--int8-encoder", action="store_true",
+                       help="int8 encoder linears, weights and activations (CPU)")
 
 
 def _add_decoding_options(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""int8 weight-only decoder linears: error bounds, exactness under int8, pre-quantized loading."""
+"""int8 weight-only decoder linears: error bounds, exactness under int8, pre-quantized loading; int8 encoder linears."""
 
 import json
 from dataclasses import replace
@@ -14,6 +14,7 @@ from whisper_spec.options import DecodingOptions
 from whisper_spec.quantize import (
     ALIGNMENT,
     BLOCK_LINEARS,
+    DynamicInt8Linear,
     Int8Embedding,
     Int8Linear,
     is_aligned,
@@ -171,3 +172,21 @@ def test_transcribe_with_int8_flag(capsys):
     captured = capsys.readouterr()
     assert "kernel: int8pack_mm" in captured.err
     assert len(captured.out.split()) > 3
+
+
+def test_int8_encoder_states_do_not_depend_on_the_batch_and_stay_near_float(base_pair):
+    """--int8-encoder: each window's activations are quantized from its own range, so a window
+    encodes alike alone and beside others; its states stay near float32's (their WER cost is
+    measured in the README, not here), and speculative decoding on them stays exact."""
+    pair = load_pair("base", default_assistant("base"), int8_encoder=True)
+    assert isinstance(pair.main.encoder.blocks[0].mlp.fc1, DynamicInt8Linear)
+    mel = mel_of(CLIPS[:3])
+    with torch.inference_mode():
+        together = pair.main.encoder(mel)
+        alone = torch.cat([pair.main.encoder(mel[i : i + 1]) for i in range(3)])
+        exact = base_pair.main.encoder(mel)
+    assert torch.equal(together, alone)
+    assert 0 < _relative_error(together, exact) < 0.35
+    alone_tokens, _ = decode_windows(pair, mel, DecodingOptions(speculation="on"), use_assistant=False)
+    spec, stats = decode_windows(pair, mel, DecodingOptions(speculation="on"))
+    assert [r.tokens for r in spec] == [r.tokens for r in alone_tokens] and stats.drafted > 0

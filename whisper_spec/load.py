@@ -30,9 +30,18 @@ from .pair import (
     is_distilled_assistant,
     share_main_modules,
 )
-from .quantize import QUANTIZATION_CONFIG, Int8Embedding, aligned, int8_modules, kernel_for, quantize_decoder_state
+from .quantize import (
+    QUANTIZATION_CONFIG,
+    Int8Embedding,
+    aligned,
+    dynamic_int8_available,
+    int8_modules,
+    kernel_for,
+    quantize_decoder_state,
+    quantize_encoder,
+)
 from .sources import default_assistant, resolve_model
-from .tokenizer import SpecialTokens, Tokenizer
+from .tokenizer import SpecialTokens, Tokenizer, read_vocabulary
 
 
 def as_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -100,15 +109,17 @@ def build_decoder(dims: ModelDims, state: dict, dtype, device) -> Decoder:
 
 
 def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", device="cpu",
-               int8: bool = False) -> Whisper:
+               int8: bool = False, int8_encoder: bool = False) -> Whisper:
     """One Whisper model; with_encoder=False reads the decoder only. int8: decoder linears in
-    int8 (always so for a directory written by `whisper-spec quantize`); the encoder stays float."""
+    int8 (always so for a directory written by `whisper-spec quantize`). int8_encoder: the
+    encoder's linears in int8, weights and activations (CPU only, see DynamicInt8Linear)."""
     dtype = as_dtype(dtype)
     device = torch.device(device)
     path = resolve_model(str(spec))
     config = json.loads((path / "config.json").read_text())
     dims = read_dims(config)
-    special = SpecialTokens.from_model_dir(path)
+    vocabulary = read_vocabulary(path)
+    special = SpecialTokens.from_model_dir(path, vocabulary)
     prequantized = (path / QUANTIZATION_CONFIG).is_file()
     # the encoder is one pass per window: on CPU it runs float32, as half-precision convolutions
     # and matmuls without hardware support are several times slower there
@@ -123,9 +134,13 @@ def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", 
         ckpt = Checkpoint(path)
         encoder = _encoder(ckpt, dims, encoder_dtype, device) if with_encoder else None
         decoder = _decoder(ckpt, dims, dtype, device, int8)
+    if encoder is not None and int8_encoder:
+        if device.type != "cpu" or not dynamic_int8_available():
+            raise ValueError(f"int8 encoder linears run on CPU with torch's oneDNN engine only, not on {device}")
+        quantize_encoder(encoder)
     generation = json.loads((path / "generation_config.json").read_text())
     heads = tuple((int(layer), int(head)) for layer, head in generation.get("alignment_heads") or ())
-    return Whisper(str(spec), path, dims, special, Tokenizer(path, special), decoder, encoder, alignment_heads=heads)
+    return Whisper(str(spec), path, dims, special, Tokenizer(vocabulary, special), decoder, encoder, alignment_heads=heads)
 
 
 def assistant_precision(dtype: torch.dtype, int8: bool, assistant_int8: bool | None, device: torch.device
@@ -189,6 +204,7 @@ def load_pair(
     device: str | torch.device = "cpu",
     int8: bool = False,
     assistant_int8: bool | None = None,
+    int8_encoder: bool = False,
 ) -> WhisperPair:
     """Load a main model and an optional assistant.
 
@@ -199,6 +215,7 @@ def load_pair(
     read), "own" (run the assistant's encoder on its own features), or "auto" (shared for
     decoder-only checkpoints, own otherwise). int8: the main decoder's linears in int8 (see
     quantize.py). assistant_int8: the assistant's, independently (see assistant_precision).
+    int8_encoder: the encoders' linears in int8 (CPU, see quantize.DynamicInt8Linear).
     """
     if assistant_encoder not in ("auto", "shared", "own"):
         raise ValueError(f"assistant_encoder must be auto, shared or own, not {assistant_encoder!r}")
@@ -208,7 +225,7 @@ def load_pair(
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda asked for, but torch sees no CUDA device")
-    main_model = load_model(main, dtype=dtype, device=device, int8=int8)
+    main_model = load_model(main, dtype=dtype, device=device, int8=int8, int8_encoder=int8_encoder)
     assistant_model = None
     assistant_dtype, assistant_int8 = assistant_precision(dtype, int8, assistant_int8, device)
     if assistant is not None and is_distilled_assistant(Path(assistant)):
@@ -220,7 +237,7 @@ def load_pair(
             raise IncompatiblePair(f"assistant {assistant}: has no encoder weights; use assistant_encoder='shared'")
         share = assistant_encoder == "shared" or (assistant_encoder == "auto" and decoder_only)
         assistant_model = load_model(path, with_encoder=not share, dtype=assistant_dtype, device=device,
-                                     int8=assistant_int8)
+                                     int8=assistant_int8, int8_encoder=int8_encoder)
         assistant_model.name = str(assistant)
         check_pair(main_model, assistant_model)
     return WhisperPair(main_model, assistant_model, device, dtype)

@@ -172,28 +172,37 @@ class KVCache(nn.Module):
         self.v[rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)
 
 
-def _matmul_by_row(a: Tensor, b: Tensor) -> Tensor:
+def _bmm(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b for [batch, head, ...] operands through one bmm on [batch * head, ...] views: the
+    kernel and strides torch.matmul reaches for these shapes, without its dozen reshaping ops a
+    call (a decoder step makes two dozen such products)."""
+    out = torch.bmm(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
+    return out.view(*a.shape[:-1], b.shape[-1])
+
+
+def _bmm_by_row(a: Tensor, b: Tensor) -> Tensor:
     """a @ b one row of a at a time: CPU batched matmuls are not row-invariant (their kernels
     change with the row count), so a row's result would depend on how many are computed at once."""
     if a.shape[-2] == 1:
-        return a @ b
-    return torch.cat([a[..., i : i + 1, :] @ b for i in range(a.shape[-2])], dim=-2)
+        return _bmm(a, b)
+    return torch.cat([_bmm(a[..., i : i + 1, :], b) for i in range(a.shape[-2])], dim=-2)
 
 
-def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, by_query: bool,
+def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, by_query: bool,
                        scores_out: list | None = None) -> Tensor:
     """Attention written out rather than F.scaled_dot_product_attention, whose fused kernels pick
     blockings by query count, so that one position's output would depend on how many are computed
     at once. With a full-cache key span and row-invariant matmuls, a verified position's logits
     are those of a one-token step, bit for bit; by_query (decoding on CPU) runs the two matmuls
     one query at a time for that (the rest is elementwise or per row, row-invariant anyway).
-    scores_out: a list the attention scores (before the softmax) are appended to."""
-    matmul = _matmul_by_row if by_query else torch.matmul
+    blocked: True where a query may not attend. scores_out: a list the attention scores (before
+    the softmax) are appended to."""
+    matmul = _bmm_by_row if by_query else torch.matmul
     scores = matmul(q * (q.shape[-1] ** -0.5), k.transpose(-1, -2))
     if scores_out is not None:
         scores_out.append(scores)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+    if blocked is not None:
+        scores = scores.masked_fill(blocked, float("-inf"))
     return matmul(torch.softmax(scores.float(), dim=-1).to(v.dtype), v)
 
 
@@ -228,7 +237,7 @@ class DecoderAttention(nn.Module):
         else:
             self.cross_kv = new
 
-    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, by_query: bool,
+    def forward(self, x: Tensor, positions: Tensor, blocked: Tensor | None, by_query: bool,
                 scores_out: list | None = None) -> Tensor:
         if self.cross:
             q = _split_heads(self.q(x), self.n_head)
@@ -237,9 +246,9 @@ class DecoderAttention(nn.Module):
             q, k, v = (_split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
             if self.kv_cache is not None:
                 self.kv_cache.write(positions, k, v)
-                k, v = self.kv_cache.k[:, :, : mask.shape[-1]], self.kv_cache.v[:, :, : mask.shape[-1]]
+                k, v = self.kv_cache.k[:, :, : blocked.shape[-1]], self.kv_cache.v[:, :, : blocked.shape[-1]]
             # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
-        attn = _decoder_attention(q.to(k.dtype), k, v, None if self.cross else mask, by_query, scores_out)
+        attn = _decoder_attention(q.to(k.dtype), k, v, None if self.cross else blocked, by_query, scores_out)
         return self.out(_merge_heads(attn).to(x.dtype))
 
 
@@ -253,9 +262,9 @@ class DecoderBlock(nn.Module):
         self.mlp_ln = nn.LayerNorm(d_model)
         self.mlp = MLP(d_model, d_ffn)
 
-    def forward(self, x: Tensor, positions: Tensor, mask: Tensor, by_query: bool,
+    def forward(self, x: Tensor, positions: Tensor, blocked: Tensor, by_query: bool,
                 cross_scores: list | None = None) -> Tensor:
-        x = x + self.attn(self.attn_ln(x), positions, mask, by_query)
+        x = x + self.attn(self.attn_ln(x), positions, blocked, by_query)
         x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, by_query, cross_scores)
         return x + self.mlp(self.mlp_ln(x))
 
@@ -370,14 +379,14 @@ class Decoder(nn.Module):
         """
         cache = self.blocks[0].attn.kv_cache
         kv_len = (span or cache.k.shape[2]) if cache is not None else tokens.shape[1]
-        mask = torch.arange(kv_len, device=tokens.device) <= positions[:, None, :, None]
+        blocked = torch.arange(kv_len, device=tokens.device) > positions[:, None, :, None]
         # decoding (with caches) on CPU, whose batched matmuls are not row-invariant; training and
         # whole-sequence scoring need no exactness across call shapes
         by_query = cache is not None and tokens.device.type == "cpu"
         x = self.token_embedding(tokens).to(self.dtype)  # an assistant may share a main embedding of another dtype
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
         for block in self.blocks:
-            x = block(x, positions, mask, by_query, cross_scores)
+            x = block(x, positions, blocked, by_query, cross_scores)
         return self.ln(x)
 
     @property

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .model import Decoder, DraftVocabProjection, Encoder, Linear, ModelDims
-from .quantize import Int8Linear, kernel_for, quantize_per_channel
+from .quantize import DynamicInt8Linear, Int8Linear, kernel_for, quantize_per_channel
 from .tokenizer import SpecialTokens, Tokenizer
 
 
@@ -76,6 +76,14 @@ def decoder_precision(model: Whisper) -> str:
     decoder = model.decoder
     dtype = str(decoder.dtype).removeprefix("torch.")
     return f"int8/{dtype}" if isinstance(decoder.blocks[0].mlp.fc1, Int8Linear) else dtype
+
+
+def encoder_precision(model: Whisper) -> str | None:
+    """'float32', ... or 'int8' (int8 linears, activations quantized per call); None without an encoder."""
+    if model.encoder is None:
+        return None
+    linear = model.encoder.blocks[0].mlp.fc1
+    return "int8" if isinstance(linear, DynamicInt8Linear) else str(model.encoder.conv1.weight.dtype).removeprefix("torch.")
 
 
 # ---------------------------------------------------------------------------- pairing rules

@@ -67,14 +67,16 @@ class SpecialTokens:
         return code
 
     @classmethod
-    def from_model_dir(cls, path: Path) -> "SpecialTokens":
-        """From generation_config.json (written by Hugging Face and by our converter)."""
+    def from_model_dir(cls, path: Path, vocabulary: tokenizers.Tokenizer | None = None) -> "SpecialTokens":
+        """From generation_config.json (written by Hugging Face and by our converter) and the
+        tokenizer (vocabulary: tokenizer.json already read)."""
         gen = json.loads((path / "generation_config.json").read_text())
         lang_to_id = {k.strip("<|>"): v for k, v in (gen.get("lang_to_id") or {}).items()}
         task_to_id = gen.get("task_to_id") or {}
         eot = gen["eos_token_id"]
-        added = json.loads((path / "tokenizer.json").read_text()).get("added_tokens", [])
-        no_speech = next((t["id"] for t in added if t["content"] in ("<|nospeech|>", "<|nocaptions|>")), None)
+        vocabulary = vocabulary or read_vocabulary(path)
+        no_speech = next((i for i in map(vocabulary.token_to_id, ("<|nospeech|>", "<|nocaptions|>")) if i is not None),
+                         None)
         return cls(
             eot=eot,
             sot=gen["decoder_start_token_id"],
@@ -100,11 +102,15 @@ class SpecialTokens:
         }
 
 
+def read_vocabulary(path: Path) -> tokenizers.Tokenizer:
+    return tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+
+
 class Tokenizer:
     """Token ids -> text, with timestamp and special tokens left out."""
 
-    def __init__(self, path: Path, special: SpecialTokens):
-        self._tokenizer = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+    def __init__(self, vocabulary: tokenizers.Tokenizer, special: SpecialTokens):
+        self._tokenizer = vocabulary
         self.special = special
 
     def decode(self, ids: list[int]) -> str:

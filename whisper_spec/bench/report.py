@@ -8,7 +8,7 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
-from ..pair import decoder_precision
+from ..pair import decoder_precision, encoder_precision
 from ..stats import DecodingStats
 from .metrics import machine_info, word_error_rate
 
@@ -68,6 +68,7 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
         "assistant": pair.assistant.name if pair.assistant is not None else None,
         "assistant_precision": decoder_precision(pair.assistant) if pair.assistant is not None else None,
         "dtype": str(pair.dtype).removeprefix("torch."),
+        "encoder_precision": encoder_precision(pair.main),
         "int8_kernel": None,
         "options": asdict(options),
         "data": {"source": None, **data, "utterances": len(utterances), "audio_seconds": sum(u.seconds for u in utterances),
