@@ -264,7 +264,8 @@ def cmd_bench(args) -> int:
     if options.int8:
         _, int8_dtype = _pick_device(str(pair.device), args.dtype, int8=True)
         int8_pair = load_pair(args.model, pair.assistant.name if pair.assistant else None, dtype=int8_dtype,
-                              device=pair.device, int8=True, assistant_encoder=args.assistant_encoder)
+                              device=pair.device, int8=True, assistant_encoder=args.assistant_encoder,
+                              int8_encoder=args.int8_encoder)
     data = {"source": args.source, "config": args.config, "split": args.split, "sets": sets, "limit": args.limit}
     report = run_bench(pair, utterances, options, model=args.model, int8_pair=int8_pair, data=data,
                        progress=not args.quiet)

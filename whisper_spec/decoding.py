@@ -32,11 +32,12 @@ from .stats import DecodingStats
 
 # speculation="auto": the most rows decoding at once for which a round drafts, by device (a device
 # not listed always drafts). CPU, 2 cores, base + its shipped assistant, 78 LibriSpeech clips, decoding
-# seconds of speculative over main-only with drafting in every round: 1.22-1.27x with one row, 1.06x
+# seconds of speculative over main-only with drafting in every round: 1.18-1.27x with one row, 1.06x
 # with batches of 2 and of 3, 0.91-0.93x with batches of 4 (benchmarks/results/speculation_rows_cpu
-# and the LibriSpeech reports); with this limit, batches of 4 reach 0.965x
-# (benchmarks/results/librispeech_auto_cpu): better, still not a gain.
-AUTO_MAX_ROWS = {"cpu": 2}
+# and the LibriSpeech reports). Drafting while at most 2 rows decode: batches of 2 1.05x, of 4
+# 0.965-0.98x; at most 1 row, in one run: 1.047x and 1.008x (benchmarks/results/speculation_auto1_cpu).
+# A round verifying several rows' drafts costs more main steps than its accepted drafts save here.
+AUTO_MAX_ROWS = {"cpu": 1}
 
 # On a device whose decoder kernels are not row-invariant (model.ROW_INVARIANT_DEVICES) every main
 # decoder call has the same shape in both modes, so a position's logits cannot depend on the mode:

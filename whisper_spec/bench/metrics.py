@@ -9,6 +9,7 @@ import platform
 import sys
 import threading
 from importlib import resources
+from pathlib import Path
 
 import jiwer
 import torch
@@ -88,11 +89,26 @@ class PeakMemory:
             self.peak = max(self.peak, self.rss())
 
 
+def cpu_description() -> dict:
+    """The CPU's model name and the instruction-set flags that decide which kernels run (Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    flags = fields.get("flags", "").split()
+    kernel_flags = [f for f in flags if f in ("avx", "avx2", "fma", "f16c") or f.startswith(("avx512", "amx"))
+                    or "vnni" in f]
+    return {"cpu_model": fields.get("model name"), "cpu_flags": kernel_flags}
+
+
 def machine_info(device: torch.device) -> dict:
     import transformers
 
     info = {
         "platform": platform.platform(), "processor": platform.machine(), "cpu_count": os.cpu_count(),
+        **cpu_description(),
         "torch_threads": torch.get_num_threads(), "device": str(device), "python": sys.version.split()[0],
         "torch": torch.__version__, "transformers": transformers.__version__,
     }
