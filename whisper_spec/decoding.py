@@ -35,7 +35,8 @@ from .stats import DecodingStats
 # seconds of speculative over main-only with drafting in every round: 1.18-1.27x with one row, 1.06x
 # with batches of 2 and of 3, 0.91-0.93x with batches of 4 (benchmarks/results/speculation_rows_cpu
 # and the LibriSpeech reports). Drafting while at most 2 rows decode: batches of 2 1.05x, of 4
-# 0.965-0.98x; at most 1 row, in one run: 1.047x and 1.008x (benchmarks/results/speculation_auto1_cpu).
+# 0.965-0.98x; at most 1 row: batches of 2 1.044-1.047x, of 4 1.008x and 0.988x in two runs
+# (benchmarks/results/speculation_auto1_cpu, librispeech_auto_cpu): at 4, within the runs' noise.
 # A round verifying several rows' drafts costs more main steps than its accepted drafts save here.
 AUTO_MAX_ROWS = {"cpu": 1}
 

@@ -3,6 +3,7 @@ cache of encoder outputs, pseudo-labels and top-k logits per 30 s window."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -53,7 +54,13 @@ class Recording:
 
 
 def is_long(job: Job) -> bool:
-    return audio_seconds(job.path) >= LONG_RECORDING_SECONDS
+    return _is_long_file(str(job.path))
+
+
+@functools.lru_cache(maxsize=None)
+def _is_long_file(path: str) -> bool:
+    # asked while splitting and again while planning: one header read per file
+    return audio_seconds(Path(path)) >= LONG_RECORDING_SECONDS
 
 
 def perturb(audio: np.ndarray, seed: int, copy: int, key: str) -> np.ndarray:
@@ -148,19 +155,23 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
     windows, files = [], []
     digests: dict[Path, bytes] = {}
     unreadable: set[Path] = set()  # said once, though the file may be part of several recordings
+    # the last recording's decoded files: a long file's recordings (its cuts, its held-out end) come
+    # one after another, and decoding a compressed file is most of the time of a cached run
+    last: dict[Path, np.ndarray] = {}
     for recording in tqdm(recordings, desc="reading audio", unit="recording", leave=False):
         if unreadable.intersection(job.path for job in recording.parts):
             continue
         pieces = []
         for job in recording.parts:
             try:
-                pieces.append(load_audio(job.path))
+                pieces.append(last[job.path] if job.path in last else load_audio(job.path))
             except AudioError as error:
                 print(f"skipped: {error}", file=sys.stderr)
                 unreadable.add(job.path)
                 break
         if len(pieces) < len(recording.parts):
             continue
+        last = {job.path: piece for job, piece in zip(recording.parts, pieces)}
         audio = np.concatenate(pieces)
         key = _recording_key(recording.parts, digests)
         if recording.copy:

@@ -142,12 +142,16 @@ def distill(
     if not train:
         raise ValueError(f"{', '.join(sources)}: no training windows left after holding out {options.held_out:.0%}")
     draft_languages = _draft_languages(train, held_out)
+    held_out_by_language: dict[str, list[Example]] = {}
+    for example in held_out:
+        held_out_by_language.setdefault(example.language, []).append(example)
+    held_out_by_language = dict(sorted(held_out_by_language.items()))
     # held-out acceptance overall, on joined recordings' full windows, and per language where several
     groups = {"held_out_acceptance": held_out,
               "held_out_joined_acceptance": [e for e in held_out if len(recording_of[e.window].parts) > 1]}
-    if len({e.language for e in held_out}) > 1:
-        groups.update({f"held_out_acceptance_{language}": [e for e in held_out if e.language == language]
-                       for language in sorted({e.language for e in held_out})})
+    if len(held_out_by_language) > 1:
+        groups.update({f"held_out_acceptance_{language}": group
+                       for language, group in held_out_by_language.items()})
 
     init_layers = list(options.init_layers or spread_layers(main.dims.n_text_layer, options.layers))
     draft_vocab = choose_draft_vocab(main, train, options.draft_vocab)
@@ -188,8 +192,7 @@ def distill(
                                             if key.startswith("held_out_acceptance_")},
         "held_out_draft_vocab_coverage": coverage(held_out),
         "held_out_draft_vocab_coverage_by_language": {
-            language: coverage([e for e in held_out if e.language == language])
-            for language in sorted({e.language for e in held_out})},
+            language: coverage(group) for language, group in held_out_by_language.items()},
         "log": log,
         "torch": torch.__version__,
         "machine": f"{platform.machine()} ({os.cpu_count()} cores, {main_pair.device}), {torch.get_num_threads()} threads",
