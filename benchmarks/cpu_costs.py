@@ -4,7 +4,9 @@ Times, interleaved over repeats (medians): the encoder per window (ours float32;
 and int8 where installed) and the main decoder per step, main-only greedy on LibriSpeech clips,
 float32 and int8 (bfloat16 activations), plus the ops that take the step's time (torch profiler,
 self time per step) and their sum: a step's time beyond it is Python and dispatch between the ops.
-The numbers that decide what to make faster next.
+And the parts of a speculative round at batch 1 (float32 main + the shipped assistant): a main call
+scoring 1-5 positions and an assistant draft step, in one-token main steps. The numbers that decide
+what to make faster next.
 
     python benchmarks/cpu_costs.py --clips 8 --output benchmarks/results/cpu_costs.json
 """
@@ -82,6 +84,46 @@ def _step_costs(pair, mels: list[torch.Tensor], top: int) -> dict:
                                      "calls": round(calls / profiled_forwards, 1)} for name, (ms, calls) in ranked]}
 
 
+def _call_costs(pair, mel: torch.Tensor, repeats: int, position: int = 24) -> dict:
+    """ms of one main decoder call scoring 1..5 positions (logits at each, the whole cache attended,
+    as verification does) and of one assistant draft step (one position, the positions in use
+    attended, logits on its draft vocabulary), on a real window's encoder states, batch 1: what a
+    speculative round costs against the one-token steps it replaces."""
+    options = DecodingOptions()
+    n_ctx = pair.main.dims.n_text_ctx + options.max_draft_tokens + 1  # decoding's cache length
+    main, assistant = pair.main.decoder, pair.assistant.decoder
+    for decoder in (main, assistant):
+        decoder.ensure_caches(1, n_ctx)
+    encode(pair, mel, None, DecodingStats())
+    token = pair.main.special.eot
+
+    def median_ms(call) -> float:
+        call()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        return 1000 * statistics.median(times)
+
+    def main_call(width: int):
+        tokens = torch.full((1, width), token)
+        positions = torch.arange(position, position + width)[None]
+        return lambda: main.logits(main.features(tokens, positions))
+
+    def draft_step():
+        tokens, positions = torch.full((1, 1), token), torch.tensor([[position]])
+        assistant.logits(assistant.features(tokens, positions, position + 1)[:, -1], compact=True)
+
+    with torch.inference_mode():
+        main_ms = {width: median_ms(main_call(width)) for width in range(1, 6)}
+        draft_ms = median_ms(draft_step)
+    return {"main_call_ms_by_positions": main_ms,
+            "main_call_in_one_token_steps": {w: round(ms / main_ms[1], 2) for w, ms in main_ms.items()},
+            "assistant_draft_step_ms": draft_ms,
+            "assistant_draft_step_in_one_token_steps": round(draft_ms / main_ms[1], 2)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="base")
@@ -111,6 +153,7 @@ def main() -> int:
         "machine": machine_info(torch.device("cpu")), "model": args.model, "clips": len(clips),
         "encoder_seconds_per_window": {name: statistics.median(t) for name, t in times.items()},
         "decoder": {name: _step_costs(pair, mels, args.top) for name, pair in pairs.items()},
+        "speculative_round_parts": _call_costs(load_pair(args.model), mels[0], repeats=30 * args.repeats),
     }
     return write_report(report, args.output)
 
