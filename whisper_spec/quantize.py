@@ -148,27 +148,31 @@ class Int8Embedding(Int8Linear):
         return projection
 
 
+def _swap(root: nn.Module, path: str, make) -> None:
+    """Replace the submodule at path (dotted, from root) with make(the old one)."""
+    parent_path, _, name = path.rpartition(".")
+    parent = root.get_submodule(parent_path) if parent_path else root
+    setattr(parent, name, make(getattr(parent, name)))
+
+
 def int8_modules(decoder: nn.Module, state: dict[str, Tensor]) -> None:
     """Swap the modules whose state has int8 scales for int8 ones (on the meta device)."""
     for key in [k for k in state if k.endswith(".scales")]:
         path = key.removesuffix(".scales")
-        parent_path, _, name = path.rpartition(".")
-        parent = decoder.get_submodule(parent_path) if parent_path else decoder
-        old = getattr(parent, name)
         if path == "token_embedding":
-            new = Int8Embedding(old.num_embeddings, old.embedding_dim, device="meta")
+            _swap(decoder, path, lambda old: Int8Embedding(old.num_embeddings, old.embedding_dim, device="meta"))
         else:
-            new = Int8Linear(old.in_features, old.out_features, old.bias is not None, device="meta")
-        setattr(parent, name, new)
+            _swap(decoder, path, lambda old: Int8Linear(old.in_features, old.out_features, old.bias is not None,
+                                                        device="meta"))
 
 
 class DynamicInt8Linear(nn.Module):
-    """An encoder linear in int8 on CPU: int8 weights per output channel, and activations quantized
-    to 8 bits at each call from their own range, multiplied by x86's int8 GEMM (oneDNN).
+    """An encoder linear in int8 on CPU: int8 weights per output channel (quantize_per_channel's
+    scales), and activations quantized at each call from their own range, multiplied by x86's int8
+    GEMM (oneDNN).
 
     The encoder's matmuls are 1500 rows a window and compute-bound, so int8 arithmetic is what pays
-    there (1.4-1.8x a float32 linear on this project's AVX2 CPU), where the decoder's one-row steps
-    are bound by reading weights. The activation range is taken per window, each window of the
+    there, where the decoder's one-row steps are bound by reading weights. The activation range is taken per window, each window of the
     batch quantized and multiplied on its own, so a window's encoder states do not depend on which
     windows share its batch. reduce_range keeps activations to 7 bits, as torch does on x86: without
     VNNI the kernel adds products in pairs in 16 bits, which 8-bit activations could overflow."""
@@ -177,7 +181,7 @@ class DynamicInt8Linear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().float()
-        scales = weight.abs().amax(dim=1).clamp(min=1e-12) / 127
+        _, scales = quantize_per_channel(weight)
         with warnings.catch_warnings():  # torch marks quantized tensors deprecated; its CPU int8 GEMM still takes them
             warnings.simplefilter("ignore")
             qweight = torch.quantize_per_channel(weight, scales.double(), torch.zeros(len(scales), dtype=torch.long),
@@ -207,9 +211,7 @@ def quantize_encoder(encoder: nn.Module) -> None:
     """The encoder's block linears as DynamicInt8Linear, in place (CPU; convolutions stay float)."""
     for block in encoder.blocks:
         for path in ENCODER_BLOCK_LINEARS:
-            parent_path, _, name = path.rpartition(".")
-            parent = block.get_submodule(parent_path)
-            setattr(parent, name, DynamicInt8Linear(getattr(parent, name)))
+            _swap(block, path, DynamicInt8Linear)
 
 
 def weight_bytes(module: nn.Module) -> int:

@@ -18,6 +18,8 @@ REPORT_VERSION = 1
 
 def build_report(pair, utterances, configs, runs, options, model, data, languages) -> dict:
     references = [u.text for u in utterances]
+    # once per run: a speculative configuration's per-language speedups read its main-only run's
+    by_language = {config.name: _by_language(runs[config.name], references, languages) for config in configs}
     results = []
     for config in configs:
         run = runs[config.name]
@@ -46,7 +48,7 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
             "tokens_per_main_forward": stats.tokens_per_main_forward if stats else None,
             "generated_tokens": stats.generated if stats else sum(len(t) + 1 for t in run.tokens),
             "tokens_per_second": None,
-            "by_language": _by_language(run, references, languages),
+            "by_language": by_language[config.name],
             "drafted_by_position": stats.drafted_by_position if stats else [],
             "accepted_by_position": stats.accepted_by_position if stats else [],
             "peak_memory_bytes": run.peak_memory_bytes,
@@ -56,7 +58,7 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
         entry["tokens_per_second"] = entry["generated_tokens"] / seconds if seconds else None
         if stats and float_main is not None and float_main.decoding_seconds:
             entry["decoding_speedup"] = statistics.median(float_main.decoding_seconds) / entry["decoding_seconds"]
-            main_by_language = _by_language(float_main, references, languages)
+            main_by_language = by_language[f"main b{config.batch_size}"]
             for language, figures in entry["by_language"].items():
                 main_seconds = main_by_language[language]["decoding_seconds"]
                 figures["decoding_speedup"] = main_seconds / figures["decoding_seconds"] if figures["decoding_seconds"] else None
