@@ -9,6 +9,7 @@ import torch
 from conftest import manifest, mel_of, speech
 
 from whisper_spec.audio import N_FRAMES, load_audio, log_mel_spectrogram, pad_or_trim, signal_frames
+from whisper_spec import decoding
 from whisper_spec.decoding import decode_windows
 from whisper_spec.encoding import encode
 from whisper_spec.load import load_pair
@@ -62,6 +63,38 @@ def test_shipped_assistant_is_exact_and_accepted(shipped, batch_size):
         drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
     assert tokens_drafted == tokens_alone
     assert accepted / drafted > 0.6  # an untrained two-layer assistant accepts about 0.01
+
+
+def test_compiled_drafts_keep_the_transcript_and_the_acceptance(shipped):
+    """torch.compile'd draft steps, in batches whose rows finish one by one (a batch of 4, then of
+    fewer, then of 1: shapes the compiled graphs must cover): the main model's own transcript, and
+    drafts accepted about as often as eager ones."""
+    _, pair = shipped
+    mel = mel_of([speech(p) for p in ENGLISH[:4]])
+    options = DecodingOptions(speculation="on", language="en")
+    alone, _ = decode_windows(pair, mel, options, use_assistant=False)
+    _, eager = decode_windows(pair, mel, options)
+    compiled, stats = decode_windows(pair, mel, replace(options, compile_drafts=True))
+    assert not decoding._COMPILE_FAILED  # compiled, not fallen back to eager
+    assert [r.tokens for r in compiled] == [r.tokens for r in alone]
+    assert stats.drafted > 50 and abs(stats.acceptance - eager.acceptance) < 0.05, (stats.acceptance, eager.acceptance)
+
+
+def test_drafts_fall_back_to_eager_where_compilation_fails(shipped, monkeypatch):
+    def no_compiler():
+        def fail(*args):
+            raise RuntimeError("no C++ compiler found")
+        return fail
+
+    _, pair = shipped
+    monkeypatch.setattr(decoding, "_compiled_draft_logits", no_compiler)
+    monkeypatch.setattr(decoding, "_COMPILE_FAILED", [])
+    mel = mel_of([speech(ENGLISH[0])])
+    options = DecodingOptions(language="en")
+    alone, _ = decode_windows(pair, mel, options, use_assistant=False)
+    with pytest.warns(UserWarning, match="drafting eagerly .RuntimeError: no C.. compiler found"):
+        fallen_back, stats = decode_windows(pair, mel, replace(options, compile_drafts=True))
+    assert [r.tokens for r in fallen_back] == [r.tokens for r in alone] and stats.accepted > 0
 
 
 def test_shipped_assistant_drafts_only_for_its_languages_and_is_exact_in_all(shipped):

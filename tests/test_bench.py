@@ -102,6 +102,17 @@ def test_exactness_check_fails_when_an_output_is_altered(pair, utterances, monke
     assert utterances[1].id in failures and "WER" in failures
 
 
+def test_compiled_drafts_are_timed_as_configurations_of_their_own(pair, utterances):
+    options = BenchOptions(batch_sizes=(1,), repeats=1, peers=(), compile_drafts=True)
+    report = run_bench(pair, utterances[:2], options, progress=False)
+    by_name = {c["name"]: c for c in report["configs"]}
+    assert list(by_name) == ["main b1", "speculative b1", "speculative compiled b1"]
+    compiled = by_name["speculative compiled b1"]
+    assert compiled["compiled_drafts"] and not by_name["speculative b1"]["compiled_drafts"]
+    assert compiled["identical_fraction"] == 1.0 and compiled["acceptance"] > 0.5
+    assert report["options"]["compile_drafts"] and report["check"]["passed"]
+
+
 def test_bench_cli_writes_report_table_and_plots(tmp_path, capsys):
     code = cli(["bench", MANIFEST, "--set", "dutch_vl_tts", "--limit", "2", "--batch-sizes", "2", "--repeats", "1",
                 "--peers", "none", "--int8", "--output-dir", str(tmp_path), "--quiet"])

@@ -15,7 +15,9 @@ The same loop with no assistant (k = 0) is plain main-only decoding, so both sha
 
 from __future__ import annotations
 
+import functools
 import time
+import warnings
 import zlib
 from dataclasses import dataclass, replace
 
@@ -195,12 +197,12 @@ class _LiveRows:
             for decoder in self.decoders:
                 decoder.keep_rows(keep)
 
-    def features(self, decoder, window: Tensor, positions: Tensor, span: int | None = None) -> Tensor:
-        """decoder.features for every row of the batch; rows that left it get zeros."""
+    def call(self, step, window: Tensor, positions: Tensor, *args) -> Tensor:
+        """step(window, positions, *args) for every row of the batch; rows that left it get zeros."""
         if self.alive is None or len(self.alive) == self.batch:
-            return decoder.features(window, positions, span)
-        hidden = decoder.features(window[self.alive], positions[self.alive], span)
-        return hidden.new_zeros((self.batch, *hidden.shape[1:])).index_copy_(0, self.alive, hidden)
+            return step(window, positions, *args)
+        out = step(window[self.alive], positions[self.alive], *args)
+        return out.new_zeros((self.batch, *out.shape[1:])).index_copy_(0, self.alive, out)
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,7 @@ class _Context:
     max_drafting_rows: int | None  # no drafting in a round with more rows decoding; None: no limit
     fixed_width: int | None  # every main decoder call this many positions wide; None: row-invariant kernels
     graphs: bool  # decoder steps replayed from CUDA graphs
+    draft_logits: object  # draft_logits itself, or compiled (DecodingOptions.compile_drafts)
     live: _LiveRows
     sums_logprobs: bool  # a row may be judged silent: sum its tokens' log-probabilities
 
@@ -262,10 +265,11 @@ def _context(main, assistant, options, languages, n_ctx, max_length, device, liv
     if device.type not in ROW_INVARIANT_DEVICES:
         fixed_width = (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens) + 1
     graphs = options.cuda_graphs and device.type == "cuda"
+    step = compiled_draft_logits if options.compile_drafts and device.type == "cpu" else draft_logits
     sums_logprobs = (no_speech is not None and options.logprob_threshold is not None
                      and bool((no_speech > options.no_speech_threshold).any()))
     return _Context(main, assistant, options, rules, draft_rules, generator, prompt_length, n_ctx, max_length,
-                    max_draft, max_rows, fixed_width, graphs, live, sums_logprobs)
+                    max_draft, max_rows, fixed_width, graphs, step, live, sums_logprobs)
 
 
 def _initial_state(context: _Context, languages: list[str]) -> _State:
@@ -327,6 +331,39 @@ def _window_logits(context: _Context, decoder, window: Tensor, positions: Tensor
     return step(window, positions)
 
 
+def draft_logits(decoder, window: Tensor, positions: Tensor, span: int) -> Tensor:
+    """An assistant's logits on its draft vocabulary after each row's last position, [batch,
+    columns]; attention spans the first span cache positions."""
+    return decoder.logits(decoder.features(window, positions, span)[:, -1], compact=True)
+
+
+@functools.cache
+def _compiled_draft_logits():
+    # one graph for every frame count and span, one for batches of 1 and one for larger ones
+    # (dynamic shapes); compiled at first use, as importing the compiler alone costs seconds
+    return torch.compile(draft_logits, dynamic=True, fullgraph=True)
+
+
+_COMPILE_FAILED: list[str] = []  # why drafts went back to eager, once a compilation failed
+
+
+def compiled_draft_logits(decoder, window: Tensor, positions: Tensor, span: int) -> Tensor:
+    """draft_logits through torch.compile (DecodingOptions.compile_drafts): the step's ~700 small
+    ops fused into a few kernels around the matmuls. Its drafts may differ from eager ones in the
+    last bits (fused arithmetic); they are proposals, each verified by the main model, so the
+    output does not change. One position a row only, the usual step: the few wider calls (a
+    round's first step, catching up on the main model's token) run eagerly, as a graph for them
+    would be compiled per width (the decoder's query-by-query attention loops over it). Where
+    compilation fails (no C++ compiler), eager, with a warning."""
+    if window.shape[1] == 1 and not _COMPILE_FAILED:
+        try:
+            return _compiled_draft_logits()(decoder, window, positions, span)
+        except Exception as error:  # noqa: BLE001 - any compiler failure: the eager step is the same function
+            _COMPILE_FAILED.append(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+            warnings.warn(f"compiled drafts unavailable, drafting eagerly ({_COMPILE_FAILED[0]})", stacklevel=2)
+    return draft_logits(decoder, window, positions, span)
+
+
 def draft(context: _Context, state: _State, k: int, stats: DecodingStats) -> tuple[Tensor, list[Tensor], int]:
     """Up to k drafts per row from the assistant, written after the row's accepted tokens.
 
@@ -349,8 +386,8 @@ def draft(context: _Context, state: _State, k: int, stats: DecodingStats) -> tup
         else:
             # the assistant attends to the positions in use only, not the whole cache
             span = min(int(current.max()) + 1, context.n_ctx)
-            hidden = context.live.features(assistant.decoder, window, positions, span)[:, -1]
-            logits = assistant.decoder.logits(hidden, compact=True)
+            logits = context.live.call(functools.partial(context.draft_logits, assistant.decoder), window,
+                                       positions, span)
         logits = context.draft_rules(logits, tokens, current)
         state.assistant_cached = current.clone()
         if context.generator is None:
@@ -386,7 +423,7 @@ def verify(context: _Context, state: _State, k: int, round_drafts: Tensor, stats
     scored = (steps <= round_drafts[:, None]) & active[:, None]
     stats.main_forwards += 1
     if context.fixed_width is None:
-        hidden = context.live.features(decoder, window, positions)[:, needed - k - 1 : needed]
+        hidden = context.live.call(decoder.features, window, positions)[:, needed - k - 1 : needed]
         flat = scored.view(-1)
         logits = context.rules(decoder.logits(hidden[scored]), tokens.repeat_interleave(k + 1, dim=0)[flat],
                                (length[:, None] + steps).view(-1)[flat])

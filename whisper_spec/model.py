@@ -360,7 +360,8 @@ class Decoder(nn.Module):
         for i, block in enumerate(self.blocks):
             if main is not None and self.cross_source is not None:
                 k, v = main.blocks[self.cross_source[i]].cross_attn.cross_kv
-                block.cross_attn.cross_kv = (k[:, :, :n_frames], v[:, :, :n_frames])
+                # contiguous, as after keep_rows: one memory layout for a compiled draft step
+                block.cross_attn.cross_kv = (k[:, :, :n_frames].contiguous(), v[:, :, :n_frames].contiguous())
             else:
                 block.cross_attn.set_cross(encoder_states, self.attention_dtype)
 

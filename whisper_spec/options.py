@@ -45,6 +45,9 @@ class DecodingOptions:
     # cross-attention (timing.py), from the verified tokens, so the same with or without an assistant
     word_timestamps: bool = False
     cuda_graphs: bool = True  # on CUDA, replay decoder steps from CUDA graphs (same tokens, fewer launches)
+    # on CPU, the assistant's draft step through torch.compile: about half the cost of an eager one,
+    # after a one-off compilation (tens of seconds, seconds once cached on disk); same transcripts
+    compile_drafts: bool = False
 
     def __post_init__(self):
         if self.task not in ("transcribe", "translate"):
@@ -123,6 +126,7 @@ class BenchOptions:
     speculation: str = DecodingOptions.speculation  # of the speculative configurations
     task: str = "transcribe"
     cuda_graphs: bool = DecodingOptions.cuda_graphs
+    compile_drafts: bool = False  # also time each speculative configuration with compiled drafts
 
 
 @dataclass(frozen=True)

@@ -156,7 +156,8 @@ def share_main_modules(decoder: Decoder, main: Decoder, sources: list[int], draf
     for block, source in zip(decoder.blocks, sources):
         block.cross_attn.kv = main.blocks[source].cross_attn.kv
     decoder.cross_source = list(sources)
-    decoder.proj_out = DraftVocabProjection(output_rows(main, draft_vocab, int8), draft_vocab, decoder.dims.n_vocab)
+    rows = output_rows(main, draft_vocab, int8, scales_dtype=decoder.dtype)
+    decoder.proj_out = DraftVocabProjection(rows, draft_vocab, decoder.dims.n_vocab)
 
 
 def own_state(decoder: Decoder) -> dict[str, torch.Tensor]:
@@ -171,15 +172,17 @@ def output_weight(decoder: Decoder) -> torch.Tensor:
     return decoder.token_embedding.weight
 
 
-def output_rows(decoder: Decoder, token_ids: torch.Tensor, int8: bool = False) -> nn.Module:
+def output_rows(decoder: Decoder, token_ids: torch.Tensor, int8: bool = False,
+                scales_dtype: torch.dtype = torch.float32) -> nn.Module:
     """A projection onto some tokens only: those rows of the decoder's output projection (int8:
-    quantized, where the decoder's own projection is float)."""
+    quantized, where the decoder's own projection is float, with scales in scales_dtype: the
+    activation dtype of the decoder they serve, as the compiled int8 matmul wants them)."""
     if isinstance(decoder.proj_out, Int8Linear):
         return decoder.proj_out.rows(token_ids)
     if int8:
         rows = Int8Linear(decoder.dims.d_model, len(token_ids), bias=False, device="meta")
         weight, scales = quantize_per_channel(output_weight(decoder)[token_ids])
-        rows.weight, rows.scales = weight, scales.to(weight.device)
+        rows.weight, rows.scales = weight, scales.to(device=weight.device, dtype=scales_dtype)
         return rows
     return Linear.of(output_weight(decoder)[token_ids])
 

@@ -65,12 +65,24 @@ def quantize_decoder_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
-@functools.cache
+_KERNELS: dict[tuple[str, torch.dtype], str] = {}  # kernel_for's answers
+
+
 def kernel_for(device_type: str, dtype: torch.dtype) -> str:
     """The fastest int8 matmul that runs here: 'int8pack_mm', 'compiled' or 'dequantize'.
 
-    The probe's weight has the layout every real one is given (fresh, contiguous, aligned) and an
-    odd row count like the vocabulary's: a kernel that crashes rather than raises is not caught."""
+    Probed once per device type and dtype, outside any compiled code: a compiled caller (the
+    compiled draft step) reads the answer as a constant (a functools.cache would be traced through,
+    the probe's ops compiled into every step)."""
+    key = (device_type, dtype)
+    if key not in _KERNELS:
+        _KERNELS[key] = _probe_kernel(device_type, dtype)
+    return _KERNELS[key]
+
+
+def _probe_kernel(device_type: str, dtype: torch.dtype) -> str:
+    """The probe's weight has the layout every real one is given (fresh, contiguous, aligned) and
+    an odd row count like the vocabulary's: a kernel that crashes rather than raises is not caught."""
     device = torch.device(device_type)
     x = torch.randn(2, 64, dtype=dtype, device=device)
     weight, scales = quantize_per_channel(torch.randn(33, 64))

@@ -30,6 +30,7 @@ class Config:
     batch_size: int
     speculative: bool = False
     int8: bool = False
+    compiled_drafts: bool = False  # DecodingOptions.compile_drafts
 
     @property
     def baseline(self) -> str:
@@ -52,7 +53,7 @@ class Run:
 def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, options: BenchOptions):
     decoding = DecodingOptions(task=options.task, draft_tokens=options.draft_tokens,
                                draft_confidence=options.draft_confidence, speculation=options.speculation,
-                               cuda_graphs=options.cuda_graphs)
+                               cuda_graphs=options.cuda_graphs, compile_drafts=config.compiled_drafts)
     tokens, texts, stats, per_utterance = [], [], DecodingStats(), []
     for rows in batches(len(utterances), config.batch_size):
         batch = [utterances[i] for i in rows]
@@ -73,6 +74,9 @@ def plan_configs(pair: WhisperPair, options: BenchOptions, peers: dict) -> list[
         configs.append(Config(f"main b{b}", "whisper-spec", b))
         if pair.assistant is not None:
             configs.append(Config(f"speculative b{b}", "whisper-spec", b, speculative=True))
+            if options.compile_drafts:
+                configs.append(Config(f"speculative compiled b{b}", "whisper-spec", b, speculative=True,
+                                      compiled_drafts=True))
         if options.int8:
             configs.append(Config(f"main int8 b{b}", "whisper-spec", b, int8=True))
             if pair.assistant is not None:
