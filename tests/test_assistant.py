@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import manifest, mel_of, speech
 
-from whisper_spec.audio import N_FRAMES, load_audio, log_mel_spectrogram, pad_or_trim, signal_frames
 from whisper_spec import decoding
+from whisper_spec.audio import N_FRAMES, load_audio, log_mel_spectrogram, pad_or_trim, signal_frames
 from whisper_spec.decoding import decode_windows
 from whisper_spec.encoding import encode
 from whisper_spec.load import load_pair
