@@ -5,7 +5,7 @@ import torch
 from conftest import mel_of, perturbed_decoder, random_model, speech
 
 from whisper_spec.decoding import decode_encoded, decode_windows
-from whisper_spec.encoding import encode
+from whisper_spec.encoding import encode, encoder_states
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair, decoder_subset
 from whisper_spec.stats import DecodingStats
@@ -45,6 +45,14 @@ def test_base_layer_subset_assistant_is_exact(base_with_layer_subset, clip_mel, 
     main_only, _, stats = assert_identical(base_with_layer_subset, clip_mel[:batch], options)
     assert all(len(r.tokens) > 5 for r in main_only)
     assert stats.windows == batch
+
+
+def test_a_window_encodes_alike_alone_and_in_a_batch(base_pair, clip_mel):
+    """On CPU the encoder runs window by window: a window's states, and so its transcript, do not
+    depend on the batch it is in."""
+    states = encoder_states(base_pair.main, clip_mel)
+    for i in range(len(clip_mel)):
+        assert torch.equal(states[i], encoder_states(base_pair.main, clip_mel[i : i + 1])[0])
 
 
 def test_a_row_decodes_alike_alone_and_beside_rows_that_finish_first(base_with_layer_subset, clip_mel):

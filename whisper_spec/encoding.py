@@ -19,6 +19,19 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def encoder_states(model: Whisper, mel: Tensor) -> Tensor:
+    """The model's encoder states of a batch of windows, [batch, frames, d_model]. On CPU one
+    window at a time: a batched pass's activations (50 MB a matrix at 4 windows) are past the sizes
+    glibc's allocator keeps mapped, so every such pass page-faults gigabytes of fresh pages (10% of
+    its time at batch 4, measured: benchmarks/cpu_costs.py), and a window's states then do not
+    depend on the windows beside it (float32 GEMMs are not row-invariant): on CPU, batching never
+    changes a transcript."""
+    mel = mel.to(model.decoder.positional_embedding.device)
+    if mel.device.type == "cpu" and len(mel) > 1:
+        return torch.cat([model.encoder(window) for window in mel.split(1)])
+    return model.encoder(mel)
+
+
 def sot_logits(model: Whisper, n_rows: int) -> Tensor:
     """The main model's logits after <|startoftranscript|> alone, per row of the decoder's cross
     state: what language detection and the no-speech probability read."""
@@ -39,7 +52,7 @@ def detect_language(model: Whisper, logits: Tensor) -> list[str]:
 def detect_languages(pair: WhisperPair, mel: Tensor) -> list[str]:
     """The language of each window, from the main model alone (encoder and one decoder step)."""
     pair.main.decoder.ensure_caches(mel.shape[0], 1)
-    pair.main.decoder.set_cross(pair.main.encoder(mel.to(pair.device)))
+    pair.main.decoder.set_cross(encoder_states(pair.main, mel))
     return detect_language(pair.main, sot_logits(pair.main, mel.shape[0]))
 
 
@@ -70,7 +83,7 @@ def encode(pair: WhisperPair, mel: Tensor, assistant_mel: Tensor | None, stats: 
     synchronize(pair.device)
     start = time.perf_counter()
     with torch.inference_mode():
-        states = pair.main.encoder(mel.to(pair.device))
+        states = encoder_states(pair.main, mel)
         pair.main.decoder.set_cross(states)
         if pair.assistant is not None:
             n_frames = assistant_frames(pair.assistant, mel)
@@ -78,6 +91,6 @@ def encode(pair: WhisperPair, mel: Tensor, assistant_mel: Tensor | None, stats: 
                 pair.assistant.decoder.set_cross(states, main=pair.main.decoder, n_frames=n_frames)
             else:
                 own_mel = mel if assistant_mel is None else assistant_mel
-                pair.assistant.decoder.set_cross(pair.assistant.encoder(own_mel.to(pair.device)), n_frames=n_frames)
+                pair.assistant.decoder.set_cross(encoder_states(pair.assistant, own_mel), n_frames=n_frames)
     synchronize(pair.device)
     stats.encoder_seconds += time.perf_counter() - start
