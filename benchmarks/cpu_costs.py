@@ -3,12 +3,12 @@
 Times, interleaved over repeats (medians): the encoder per window (ours float32; CTranslate2 float32
 and int8 where installed), ours on a batch of 4 windows in one pass against window by window (with
 the minor page faults each takes: why encoding.encoder_states goes window by window on CPU), and the
-main decoder per step, main-only greedy on LibriSpeech clips,
-float32 and int8 (bfloat16 activations), plus the ops that take the step's time (torch profiler,
-self time per step) and their sum: a step's time beyond it is Python and dispatch between the ops.
-And the parts of a speculative round at batch 1 (float32 main + the shipped assistant): a main call
-scoring 1-5 positions and an assistant draft step, in one-token main steps. The numbers that decide
-what to make faster next.
+main decoder per step, main-only greedy on LibriSpeech clips, float32 and int8 (bfloat16
+activations), plus the ops that take the step's time (torch profiler, self time per step) and their
+sum: a step's time beyond it is Python and dispatch between the ops. And the parts of a speculative
+round at batch 1 (float32 main + the shipped assistant): a main call scoring 1-5 positions and an
+assistant draft step (eager, and compiled as --compile-drafts does), in one-token main steps. The
+numbers that decide what to make faster next.
 
     python benchmarks/cpu_costs.py --clips 8 --output benchmarks/results/cpu_costs.json
 """
@@ -26,7 +26,7 @@ from _common import SPEECH, manifest_rows, write_report
 
 from whisper_spec.audio import batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info
-from whisper_spec.decoding import decode_encoded, decode_windows
+from whisper_spec.decoding import compiled_draft_logits, decode_encoded, decode_windows, draft_logits
 from whisper_spec.encoding import encode
 from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions
@@ -135,17 +135,22 @@ def _call_costs(pair, mel: torch.Tensor, repeats: int, position: int = 24) -> di
         positions = torch.arange(position, position + width)[None]
         return lambda: main.logits(main.features(tokens, positions))
 
-    def draft_step():
+    def draft_step(step):
         tokens, positions = torch.full((1, 1), token), torch.tensor([[position]])
-        assistant.logits(assistant.features(tokens, positions, position + 1)[:, -1], compact=True)
+        return lambda: step(assistant, tokens, positions, position + 1)
 
     with torch.inference_mode():
         main_ms = {width: median_ms(main_call(width)) for width in range(1, 6)}
-        draft_ms = median_ms(draft_step)
+        start = time.perf_counter()
+        draft_step(compiled_draft_logits)()
+        compile_seconds = time.perf_counter() - start
+        draft_ms = {"eager": median_ms(draft_step(draft_logits)), "compiled": median_ms(draft_step(compiled_draft_logits))}
     return {"main_call_ms_by_positions": main_ms,
             "main_call_in_one_token_steps": {w: round(ms / main_ms[1], 2) for w, ms in main_ms.items()},
             "assistant_draft_step_ms": draft_ms,
-            "assistant_draft_step_in_one_token_steps": round(draft_ms / main_ms[1], 2)}
+            "assistant_draft_step_in_one_token_steps": {name: round(ms / main_ms[1], 2) for name, ms in draft_ms.items()},
+            # the first compiled step's seconds, compilation included (less where inductor's disk cache has it)
+            "draft_step_first_compiled_call_seconds": round(compile_seconds, 2)}
 
 
 def main() -> int:
