@@ -45,8 +45,8 @@ class DecodingOptions:
     # cross-attention (timing.py), from the verified tokens, so the same with or without an assistant
     word_timestamps: bool = False
     cuda_graphs: bool = True  # on CUDA, replay decoder steps from CUDA graphs (same tokens, fewer launches)
-    # on CPU, the assistant's draft step through torch.compile: about half the cost of an eager one,
-    # after a one-off compilation (tens of seconds, seconds once cached on disk); same transcripts
+    # on CPU, the assistant's draft step through torch.compile: about a third cheaper than an eager
+    # one, after a one-off compilation (tens of seconds, seconds once cached on disk); same transcripts
     compile_drafts: bool = False
 
     def __post_init__(self):
