@@ -2,6 +2,8 @@
 
 import json
 import math
+import os
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -75,7 +77,9 @@ def test_compiled_drafts_keep_the_transcript_and_the_acceptance(shipped):
     alone, _ = decode_windows(pair, mel, options, use_assistant=False)
     _, eager = decode_windows(pair, mel, options)
     compiled, stats = decode_windows(pair, mel, replace(options, compile_drafts=True))
-    assert not decoding._COMPILE_FAILED  # compiled, not fallen back to eager
+    # compiled where inductor finds a C++ compiler (this project's machines have g++), else fallen back
+    has_compiler = any(shutil.which(name) for name in (os.environ.get("CXX", "g++"), "c++", "clang++"))
+    assert bool(decoding._COMPILE_FAILED) != has_compiler, decoding._COMPILE_FAILED
     assert [r.tokens for r in compiled] == [r.tokens for r in alone]
     assert stats.drafted > 50 and abs(stats.acceptance - eager.acceptance) < 0.05, (stats.acceptance, eager.acceptance)
 
