@@ -184,10 +184,11 @@ class DynamicInt8Linear(nn.Module):
     GEMM (oneDNN).
 
     The encoder's matmuls are 1500 rows a window and compute-bound, so int8 arithmetic is what pays
-    there, where the decoder's one-row steps are bound by reading weights. The activation range is taken per window, each window of the
-    batch quantized and multiplied on its own, so a window's encoder states do not depend on which
-    windows share its batch. reduce_range keeps activations to 7 bits, as torch does on x86: without
-    VNNI the kernel adds products in pairs in 16 bits, which 8-bit activations could overflow."""
+    there, where the decoder's one-row steps are bound by reading weights. The activation range is
+    taken per call: encoding.encoder_states runs a CPU encoder one window a call, so a window's
+    states do not depend on which windows share its batch. reduce_range keeps activations to 7 bits,
+    as torch does on x86: without VNNI the kernel adds products in pairs in 16 bits, which 8-bit
+    activations could overflow."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -202,7 +203,7 @@ class DynamicInt8Linear(nn.Module):
                                         None if linear.bias is None else linear.bias.detach().float())
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.stack([torch.ops.quantized.linear_dynamic(window, self._packed, True) for window in x])
+        return torch.ops.quantized.linear_dynamic(x, self._packed, True)
 
 
 def _with_engine(engine: str, fn, *args):
