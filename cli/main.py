@@ -217,7 +217,8 @@ def cmd_distill(args) -> int:
         balance=args.balance,
     )
     device, _ = _pick_device(args.device, "float32")
-    main_pair = load_pair(args.main, None, dtype="float32", device=device)
+    # float encoder states, as the shipped assistants were trained on (their cards' commands)
+    main_pair = load_pair(args.main, None, dtype="float32", device=device, int8_encoder=False)
     command = shlex.join([PROG, *sys.argv[1:]])
     summary = distill(main_pair, args.audio, args.output, options, cache=args.cache_dir,
                       resume=args.resume, command=command)

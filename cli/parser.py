@@ -84,9 +84,10 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="weight and activation dtype (default: float16 on cuda, float32 on cpu; "
                             "bfloat16 on cpu with --int8)")
     group.add_argument("--int8", action="store_true",
-                       help="int8 weight-only decoder linears for main model and assistant (the encoder stays float)")
-    group.add_argument("--int8-encoder", action="store_true",
-                       help="int8 encoder linears, weights and activations (CPU)")
+                       help="int8 weight-only decoder linears for main model and assistant")
+    group.add_argument("--int8-encoder", action=argparse.BooleanOptionalAction, default=None,
+                       help="int8 encoder linears, weights and activations per frame (default: on for cpu, "
+                            "off elsewhere; --no-int8-encoder: float32)")
 
 
 def _add_decoding_options(parser: argparse.ArgumentParser) -> None:

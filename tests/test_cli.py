@@ -93,6 +93,20 @@ def test_draft_defaults_are_the_decoding_options_defaults():
         assert (args.draft_tokens, args.draft_confidence) == (DecodingOptions.draft_tokens, DecodingOptions.draft_confidence)
 
 
+def test_int8_encoder_is_left_to_the_loader_unless_a_flag_says(tmp_path):
+    """No flag: load_pair's device default (int8 on CPU); --no-int8-encoder: float32."""
+    from whisper_spec.cli.main import pair_args
+    from whisper_spec.cli.parser import build_parser
+
+    for flags, expected in (([], None), (["--int8-encoder"], True), (["--no-int8-encoder"], False)):
+        for command in ("transcribe", "bench"):
+            args = build_parser().parse_args([command, "x", *flags])
+            assert pair_args(args)["int8_encoder"] is expected
+    out = tmp_path / "float"
+    assert main(["transcribe", str(QUILTER), "--no-int8-encoder", "-f", "json", "-o", str(out), "--quiet"]) == 0
+    assert "Quilter" in json.loads((out / f"{QUILTER.stem}.json").read_text())["text"]
+
+
 def test_models_lists_embedded_defaults(capsys):
     assert main(["models", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}

@@ -108,13 +108,22 @@ def build_decoder(dims: ModelDims, state: dict, dtype, device) -> Decoder:
     return decoder
 
 
+def default_int8_encoder(device: torch.device) -> bool:
+    """Whether the encoder's linears go int8 when the caller does not say: on CPU, where
+    DynamicInt8Linear runs (faster, at the WER its docstring gives); float elsewhere."""
+    return device.type == "cpu" and dynamic_int8_available()
+
+
 def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", device="cpu",
-               int8: bool = False, int8_encoder: bool = False) -> Whisper:
+               int8: bool = False, int8_encoder: bool | None = None) -> Whisper:
     """One Whisper model; with_encoder=False reads the decoder only. int8: decoder linears in
     int8 (always so for a directory written by `whisper-spec quantize`). int8_encoder: the
-    encoder's linears in int8, weights and activations (CPU only, see DynamicInt8Linear)."""
+    encoder's linears in int8, weights and activations (CPU only, see DynamicInt8Linear); None:
+    default_int8_encoder, False: float."""
     dtype = as_dtype(dtype)
     device = torch.device(device)
+    if int8_encoder is None:
+        int8_encoder = default_int8_encoder(device)
     path = resolve_model(str(spec))
     config = json.loads((path / "config.json").read_text())
     dims = read_dims(config)
@@ -204,7 +213,7 @@ def load_pair(
     device: str | torch.device = "cpu",
     int8: bool = False,
     assistant_int8: bool | None = None,
-    int8_encoder: bool = False,
+    int8_encoder: bool | None = None,
 ) -> WhisperPair:
     """Load a main model and an optional assistant.
 
@@ -215,7 +224,7 @@ def load_pair(
     read), "own" (run the assistant's encoder on its own features), or "auto" (shared for
     decoder-only checkpoints, own otherwise). int8: the main decoder's linears in int8 (see
     quantize.py). assistant_int8: the assistant's, independently (see assistant_precision).
-    int8_encoder: the encoders' linears in int8 (CPU, see quantize.DynamicInt8Linear).
+    int8_encoder: the encoders' linears in int8 (see load_model; None: int8 on CPU).
     """
     if assistant_encoder not in ("auto", "shared", "own"):
         raise ValueError(f"assistant_encoder must be auto, shared or own, not {assistant_encoder!r}")

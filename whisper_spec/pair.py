@@ -79,7 +79,7 @@ def decoder_precision(model: Whisper) -> str:
 
 
 def encoder_precision(model: Whisper) -> str | None:
-    """'float32', ... or 'int8' (int8 linears, activations quantized per call); None without an encoder."""
+    """'float32', ... or 'int8' (int8 linears, activations quantized per row at each call); None without an encoder."""
     if model.encoder is None:
         return None
     linear = model.encoder.blocks[0].mlp.fc1

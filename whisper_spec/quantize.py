@@ -180,30 +180,38 @@ def int8_modules(decoder: nn.Module, state: dict[str, Tensor]) -> None:
 
 class DynamicInt8Linear(nn.Module):
     """An encoder linear in int8 on CPU: int8 weights per output channel (quantize_per_channel's
-    scales), and activations quantized at each call from their own range, multiplied by x86's int8
+    scales), and activations quantized at each call per row (per frame), multiplied by x86's int8
     GEMM (oneDNN).
 
     The encoder's matmuls are 1500 rows a window and compute-bound, so int8 arithmetic is what pays
-    there, where the decoder's one-row steps are bound by reading weights. The activation range is
-    taken per call: encoding.encoder_states runs a CPU encoder one window a call, so a window's
-    states do not depend on which windows share its batch. reduce_range keeps activations to 7 bits,
-    as torch does on x86: without VNNI the kernel adds products in pairs in 16 bits, which 8-bit
-    activations could overflow."""
+    there, where the decoder's one-row steps are bound by reading weights. Per row, as
+    CTranslate2's int8 encoder does: one scale for a whole window flattens its quieter frames
+    (measured on the 78 LibriSpeech clips, main-only: WER 11.65% float32, 13.81% with one scale a
+    window, 11.23% with one a frame). torch's CPU int8 GEMM takes one activation scale and zero
+    point a call, so each row is first divided by its largest magnitude and the product multiplied
+    back by it. That scale and zero point still come from the range of the whole call, so a window's
+    states depend on the call it is in: encoding.encoder_states runs a CPU encoder one window a
+    call. reduce_range keeps activations to 7 bits, as torch does on x86: without VNNI the kernel
+    adds products in pairs in 16 bits, which 8-bit activations could overflow."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().float()
+        self.bias = None if linear.bias is None else linear.bias.detach().float()
         _, scales = quantize_per_channel(weight)
         with warnings.catch_warnings():  # torch marks quantized tensors deprecated; its CPU int8 GEMM still takes them
             warnings.simplefilter("ignore")
             qweight = torch.quantize_per_channel(weight, scales.double(), torch.zeros(len(scales), dtype=torch.long),
                                                  0, torch.qint8)
-            self._packed = _with_engine("onednn", torch.ops.quantized.linear_prepack, qweight,
-                                        None if linear.bias is None else linear.bias.detach().float())
+            # no bias in the kernel: it is added after the rows are scaled back
+            self._packed = _with_engine("onednn", torch.ops.quantized.linear_prepack, qweight, None)
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.ops.quantized.linear_dynamic(x, self._packed, True)
+        # the largest magnitude per row, without materialising |x|
+        row_max = torch.maximum(x.amax(-1, keepdim=True), x.amin(-1, keepdim=True).neg_()).clamp_(min=1e-30)
+        y = torch.ops.quantized.linear_dynamic(x / row_max, self._packed, True).mul_(row_max)
+        return y if self.bias is None else y.add_(self.bias)
 
 
 def _with_engine(engine: str, fn, *args):
