@@ -4,8 +4,9 @@ Runs the installed command under /usr/bin/time (wall seconds, peak resident memo
 times on the README's clip (5.9 s of LibriSpeech) with the defaults, after one unmeasured run
 that warms the model cache and the page cache, and reports each run and the median. Also
 times `import torch` alone in a fresh interpreter, the part of start-up that is not ours.
+--compare FLAGS times the same command with FLAGS added, alternating run by run with the default.
 
-    python benchmarks/startup.py --runs 5 --output benchmarks/results/startup_cpu.json
+    python benchmarks/startup.py --runs 5 --compare=--no-int8-encoder --output benchmarks/results/startup_cpu.json
 """
 
 from __future__ import annotations
@@ -38,13 +39,19 @@ def timed(command: list[str]) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--compare", default="", help="command-line flags to time beside the default")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     clip = SPEECH / CLIP
+    compare = args.compare.split()
     with tempfile.TemporaryDirectory() as out:
         command = ["whisper-spec", "transcribe", str(clip), "--output-dir", out]
         timed(command)  # warm-up: model conversion cache, page cache
-        runs = [timed(command) for _ in range(args.runs)]
+        runs, compared = [], []
+        for _ in range(args.runs):
+            runs.append(timed(command))
+            if compare:
+                compared.append(timed(command + compare))
         text = (Path(out) / f"{clip.stem}.txt").read_text().strip()
     torch_import = [timed([sys.executable, "-c", "import torch"]) for _ in range(args.runs)]
     report = {
@@ -56,6 +63,9 @@ def main() -> int:
         "median_seconds": statistics.median(run["seconds"] for run in runs),
         "import_torch_median_seconds": statistics.median(run["seconds"] for run in torch_import),
     }
+    if compare:
+        report["compared"] = {"flags": args.compare, "runs": compared,
+                              "median_seconds": statistics.median(run["seconds"] for run in compared)}
     return write_report(report, args.output)
 
 

@@ -47,10 +47,15 @@ def aligned(tensor: Tensor) -> Tensor:
     return tensor if is_aligned(tensor) else tensor.clone(memory_format=torch.contiguous_format)
 
 
+def per_channel_scales(weight: Tensor) -> Tensor:
+    """Symmetric int8 scales per output channel (row) of a float32 weight."""
+    return weight.abs().amax(dim=1).clamp(min=1e-12) / 127
+
+
 def quantize_per_channel(weight: Tensor) -> tuple[Tensor, Tensor]:
     """Symmetric int8 per output channel (row): weight ~ int8 * scales[:, None]."""
     w = weight.detach().float()
-    scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127
+    scales = per_channel_scales(w)
     return torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8), scales
 
 
@@ -179,9 +184,9 @@ def int8_modules(decoder: nn.Module, state: dict[str, Tensor]) -> None:
 
 
 class DynamicInt8Linear(nn.Module):
-    """An encoder linear in int8 on CPU: int8 weights per output channel (quantize_per_channel's
-    scales), and activations quantized at each call per row (per frame), multiplied by x86's int8
-    GEMM (oneDNN).
+    """An encoder linear in int8 on CPU: int8 weights per output channel (per_channel_scales),
+    and activations quantized at each call per row (per frame), multiplied by x86's int8 GEMM
+    (oneDNN).
 
     The encoder's matmuls are 1500 rows a window and compute-bound, so int8 arithmetic is what pays
     there, where the decoder's one-row steps are bound by reading weights. Per row, as
@@ -199,7 +204,7 @@ class DynamicInt8Linear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().float()
         self.bias = None if linear.bias is None else linear.bias.detach().float()
-        _, scales = quantize_per_channel(weight)
+        scales = per_channel_scales(weight)
         with warnings.catch_warnings():  # torch marks quantized tensors deprecated; its CPU int8 GEMM still takes them
             warnings.simplefilter("ignore")
             qweight = torch.quantize_per_channel(weight, scales.double(), torch.zeros(len(scales), dtype=torch.long),
