@@ -39,7 +39,7 @@ def test_full_model_export_round_trips_through_our_loader_and_transformers(tmp_p
 
     model = load_pair("tiny.en", int8_encoder=False).main
     export = save_model(model, tmp_path / "tiny.en")
-    again = load_pair(export).main
+    again = load_pair(export, int8_encoder=False).main
     for part in ("encoder", "decoder"):
         mine, theirs = getattr(model, part).state_dict(), getattr(again, part).state_dict()
         assert mine.keys() == theirs.keys()
