@@ -1,14 +1,15 @@
 """Where CPU time goes, per 30 s window and per decoder step, next to CTranslate2 on the same weights.
 
 Times, interleaved over repeats (medians): the encoder per window (ours float32 and int8, the CPU
-default; CTranslate2 float32 and int8 where installed), ours on a batch of 4 windows in one pass against window by window (with
-the minor page faults each takes: why encoding.encoder_states goes window by window on CPU), and the
-main decoder per step, main-only greedy on LibriSpeech clips, float32 and int8 (bfloat16
-activations), plus the ops that take the step's time (torch profiler, self time per step) and their
-sum: a step's time beyond it is Python and dispatch between the ops. And the parts of a speculative
-round at batch 1 (float32 main + the shipped assistant): a main call scoring 1-5 positions and an
-assistant draft step (eager, and compiled as --compile-drafts does), in one-token main steps. The
-numbers that decide what to make faster next.
+default; CTranslate2 float32 and int8 where installed), ours (float32) on a batch of 4 windows in
+one pass against window by window (with the minor page faults each takes: why
+encoding.encoder_states goes window by window on CPU), and the main decoder per step, main-only
+greedy on LibriSpeech clips, float32 and int8 (bfloat16 activations), plus the ops that take the
+step's time (torch profiler, self time per step) and their sum: a step's time beyond it is Python
+and dispatch between the ops. And the parts of a speculative round at batch 1 (float32 main + the
+shipped assistant): a main call scoring 1-5 positions and an assistant draft step (eager, and
+compiled as --compile-drafts does), in one-token main steps. The numbers that decide what to make
+faster next.
 
     python benchmarks/cpu_costs.py --clips 8 --output benchmarks/results/cpu_costs.json
 """

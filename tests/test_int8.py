@@ -119,6 +119,15 @@ def test_int8_pair_is_exact_and_uses_the_fused_kernel(int8_pair):
                 assert stats.drafted > 0
 
 
+def test_auto_speculation_leaves_an_int8_main_decoder_alone_on_cpu(int8_pair):
+    """Measured to lose there (decoding.AUTO_MAX_ROWS): auto never drafts; on still does, exactly."""
+    mel = mel_of(CLIPS[:1])
+    auto, auto_stats = decode_windows(int8_pair, mel, DecodingOptions())
+    on, on_stats = decode_windows(int8_pair, mel, DecodingOptions(speculation="on"))
+    assert auto_stats.drafted == 0 < on_stats.drafted
+    assert [r.tokens for r in on] == [r.tokens for r in auto]
+
+
 @pytest.mark.parametrize("precision", ["int8", "bfloat16", "float32"])
 @torch.inference_mode()
 def test_positions_scored_together_get_the_logits_of_one_token_steps(int8_pair, base_pair, precision):

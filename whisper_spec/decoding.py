@@ -28,7 +28,7 @@ from .encoding import detect_language, encode, sot_logits, synchronize
 from .graphs import step_graphs
 from .model import ROW_INVARIANT_DEVICES
 from .options import DecodingOptions
-from .pair import Whisper, WhisperPair
+from .pair import Whisper, WhisperPair, decoder_precision
 from .rules import LogitRules
 from .stats import DecodingStats
 
@@ -40,7 +40,19 @@ from .stats import DecodingStats
 # 0.965-0.98x; at most 1 row: batches of 2 1.044-1.047x, of 4 1.008x and 0.988x in two runs
 # (benchmarks/results/speculation_auto1_cpu, librispeech_auto_cpu): at 4, within the runs' noise.
 # A round verifying several rows' drafts costs more main steps than its accepted drafts save here.
-AUTO_MAX_ROWS = {"cpu": 1}
+# With int8 main decoder linears on CPU ("cpu int8") never: a cheaper main step leaves less for drafts
+# to save, and the int8 kernel's cost grows with the positions a call scores (compute-bound on AVX2):
+# speculative over main-only decoding 0.92x at batch 1 (benchmarks/results/librispeech_float_int8_cpu),
+# 0.95x at batch 1 and 0.94x at 4 (librispeech_int8_both_cpu).
+AUTO_MAX_ROWS = {"cpu": 1, "cpu int8": 0}
+
+
+def auto_max_rows(main: Whisper) -> int | None:
+    """AUTO_MAX_ROWS for the main model's device and decoder precision (None: every round drafts)."""
+    device = main.decoder.positional_embedding.device.type
+    if decoder_precision(main).startswith("int8") and f"{device} int8" in AUTO_MAX_ROWS:
+        return AUTO_MAX_ROWS[f"{device} int8"]
+    return AUTO_MAX_ROWS.get(device)
 
 # On a device whose decoder kernels are not row-invariant (model.ROW_INVARIANT_DEVICES) every main
 # decoder call has the same shape in both modes, so a position's logits cannot depend on the mode:
@@ -259,7 +271,7 @@ def _context(main, assistant, options, languages, n_ctx, max_length, device, liv
         generator = torch.Generator(device=device)
         generator.manual_seed(options.seed if options.seed is not None else torch.seed())
     max_draft = 0 if assistant is None else (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens)
-    max_rows = {"on": None, "off": 0, "auto": AUTO_MAX_ROWS.get(device.type)}[options.speculation]
+    max_rows = {"on": None, "off": 0, "auto": auto_max_rows(main)}[options.speculation]
     # the widest round either mode can have, whether or not there is an assistant
     fixed_width = None
     if device.type not in ROW_INVARIANT_DEVICES:

@@ -29,7 +29,8 @@ class DecodingOptions:
     draft_confidence: float = 0.8  # a row stops drafting for the round after a draft the assistant gives less probability
     max_draft_tokens: int = 16  # cap for the adaptive draft length
     # on: draft every round; off: never (the assistant stays loaded); auto: draft while no more rows
-    # are decoding than drafting is measured to pay for on the device (decoding.AUTO_MAX_ROWS)
+    # are decoding than drafting is measured to pay for on the device and decoder precision
+    # (decoding.AUTO_MAX_ROWS)
     speculation: str = "auto"
     seed: int | None = None  # for sampling
     # openai-whisper's no-speech rule, with its defaults: a window whose <|nospeech|> probability

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..decoding import decode_windows
+from ..decoding import auto_max_rows, decode_windows
 from ..encoding import detect_languages, pair_features, synchronize
 from ..options import CHUNK_SECONDS, BenchOptions, DecodingOptions
 from ..pair import WhisperPair
@@ -141,6 +141,7 @@ def run_bench(pair: WhisperPair, utterances: list[Utterance], options: BenchOpti
         bar.close()
     report = build_report(pair, utterances, configs, runs, options, model, data or {}, languages)
     report["int8_kernel"] = int8_pair.int8_kernel if int8_pair is not None else None
+    report["auto_max_rows_int8"] = auto_max_rows(int8_pair.main) if int8_pair is not None else None
     return report
 
 
