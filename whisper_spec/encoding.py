@@ -24,8 +24,8 @@ def encoder_states(model: Whisper, mel: Tensor) -> Tensor:
     window at a time: a batched pass's activations (50 MB a matrix at 4 windows) are past the sizes
     glibc's allocator keeps mapped, so every such pass page-faults gigabytes of fresh pages (10% of
     its time at batch 4, measured: benchmarks/cpu_costs.py), and a window's states then do not
-    depend on the windows beside it (float32 GEMMs are not row-invariant): on CPU, batching never
-    changes a transcript."""
+    depend on the windows beside it (float32 GEMMs are not row-invariant, and the int8 encoder
+    takes its activation range per call): on CPU, batching never changes a transcript."""
     mel = mel.to(model.decoder.positional_embedding.device)
     if mel.device.type == "cpu" and len(mel) > 1:
         return torch.cat([model.encoder(window) for window in mel.split(1)])
