@@ -32,27 +32,22 @@ from .pair import Whisper, WhisperPair, decoder_precision
 from .rules import LogitRules
 from .stats import DecodingStats
 
-# speculation="auto": the most rows decoding at once for which a round drafts, by device (a device
-# not listed always drafts). CPU, 2 cores, base + its shipped assistant, 78 LibriSpeech clips, decoding
-# seconds of speculative over main-only with drafting in every round: 1.18-1.27x with one row, 1.06x
-# with batches of 2 and of 3, 0.91-0.93x with batches of 4 (benchmarks/results/speculation_rows_cpu
-# and the LibriSpeech reports). Drafting while at most 2 rows decode: batches of 2 1.05x, of 4
-# 0.965-0.98x; at most 1 row: batches of 2 1.044-1.047x, of 4 1.008x and 0.988x in two runs
-# (benchmarks/results/speculation_auto1_cpu, librispeech_auto_cpu): at 4, within the runs' noise.
-# A round verifying several rows' drafts costs more main steps than its accepted drafts save here.
-# With int8 main decoder linears on CPU ("cpu int8") never: a cheaper main step leaves less for drafts
-# to save, and the int8 kernel's cost grows with the positions a call scores (compute-bound on AVX2):
-# speculative over main-only decoding 0.92x at batch 1 (benchmarks/results/librispeech_float_int8_cpu),
-# 0.95x at batch 1 and 0.94x at 4 (librispeech_int8_both_cpu).
-AUTO_MAX_ROWS = {"cpu": 1, "cpu int8": 0}
+# speculation="auto": the most rows decoding at once for which a round drafts, by device and main
+# decoder precision ("float" or "int8"); a pair not listed always drafts, as every one measured now
+# does. On CPU drafting in every round pays at every batch size and in both precisions, since a
+# verification pass scores a round's positions in one product rather than a product a position
+# (model.query_rows_for_row_invariance): FIGURES. While it went a position at a time a round cost
+# more there, and this table held ("cpu", "float"): 1 (decoding 0.91-0.93x at batch 4 drafting in
+# every round, benchmarks/results/speculation_rows_cpu) and ("cpu", "int8"): 0 (0.95x at batch 1,
+# librispeech_int8_both_cpu as committed in d1525e0).
+AUTO_MAX_ROWS: dict[tuple[str, str], int] = {}
 
 
 def auto_max_rows(main: Whisper) -> int | None:
     """AUTO_MAX_ROWS for the main model's device and decoder precision (None: every round drafts)."""
-    device = main.decoder.positional_embedding.device.type
-    if decoder_precision(main).startswith("int8") and f"{device} int8" in AUTO_MAX_ROWS:
-        return AUTO_MAX_ROWS[f"{device} int8"]
-    return AUTO_MAX_ROWS.get(device)
+    precision = "int8" if decoder_precision(main).startswith("int8") else "float"
+    return AUTO_MAX_ROWS.get((main.decoder.positional_embedding.device.type, precision))
+
 
 # On a device whose decoder kernels are not row-invariant (model.ROW_INVARIANT_DEVICES) every main
 # decoder call has the same shape in both modes, so a position's logits cannot depend on the mode:

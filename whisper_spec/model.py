@@ -8,6 +8,7 @@ stale entries beyond it are masked out by position and overwritten by the next c
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -180,30 +181,66 @@ def _bmm(a: Tensor, b: Tensor) -> Tensor:
     return out.view(*a.shape[:-1], b.shape[-1])
 
 
-def _bmm_by_row(a: Tensor, b: Tensor) -> Tensor:
-    """a @ b one row of a at a time: CPU batched matmuls are not row-invariant (their kernels
-    change with the row count), so a row's result would depend on how many are computed at once."""
-    if a.shape[-2] == 1:
-        return _bmm(a, b)
-    return torch.cat([_bmm(a[..., i : i + 1, :], b) for i in range(a.shape[-2])], dim=-2)
+def _attend(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, min_queries: int,
+            scores_out: list | None = None) -> Tensor:
+    """softmax(q k^T / sqrt(d)) v, with q padded with zero queries to at least min_queries rows
+    (see query_rows_for_row_invariance); blocked: True where a query may not attend."""
+    n_queries, padding = q.shape[-2], max(min_queries - q.shape[-2], 0)
+    if padding:
+        q = F.pad(q, (0, 0, 0, padding))
+        blocked = None if blocked is None else F.pad(blocked, (0, 0, 0, padding), value=False)
+    scores = _bmm(q * (q.shape[-1] ** -0.5), k.transpose(-1, -2))
+    if scores_out is not None:
+        scores_out.append(scores[..., :n_queries, :])
+    if blocked is not None:
+        scores = scores.masked_fill(blocked, float("-inf"))
+    return _bmm(torch.softmax(scores.float(), dim=-1).to(v.dtype), v)[..., :n_queries, :]
 
 
-def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, by_query: bool,
+@functools.cache
+def query_rows_for_row_invariance() -> int | None:
+    """The fewest query rows from which this CPU's float32 batched matmuls compute every row alike
+    whatever the row count, None where none up to 16 does (then attention goes a query at a time).
+
+    Measured, not assumed: GEMM libraries pick micro-kernels by row count, and the choice differs
+    between instruction sets. On AVX2 (oneDNN, torch 2.13) one row, two or three rows, and four or
+    more each round differently, while every count from four on agrees: decoding pads its queries
+    to four, and a verification pass then scores its positions in one product, as a one-token step
+    does, bit for bit. Probed on the attention's own shapes, a window of keys and the cache."""
+    generator = torch.Generator().manual_seed(0)
+    queries = torch.randn(4, 20, 64, generator=generator)
+
+    def rows_alike(n_keys: int, min_queries: int) -> bool:
+        k, v = torch.randn(2, 4, n_keys, 64, generator=generator)
+        alone = torch.cat([_attend(queries[:, i : i + 1], k, v, None, min_queries) for i in range(20)], dim=1)
+        return all(torch.equal(_attend(queries[:, start : start + n], k, v, None, min_queries),
+                               alone[:, start : start + n]) for n in range(2, 18) for start in (0, 3))
+
+    return next((min_queries for min_queries in (1, 2, 4, 8, 16)
+                 if all(rows_alike(n_keys, min_queries) for n_keys in (465, 1500))), None)
+
+
+def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, row_invariant: bool,
                        scores_out: list | None = None) -> Tensor:
     """Attention written out rather than F.scaled_dot_product_attention, whose fused kernels pick
     blockings by query count, so that one position's output would depend on how many are computed
     at once. With a full-cache key span and row-invariant matmuls, a verified position's logits
-    are those of a one-token step, bit for bit; by_query (decoding on CPU) runs the two matmuls
-    one query at a time for that (the rest is elementwise or per row, row-invariant anyway).
+    are those of a one-token step, bit for bit; row_invariant (decoding on CPU) gets that from
+    CPU matmuls by padding the queries (query_rows_for_row_invariance), or where no padding does,
+    by one product a query (the rest is elementwise or per row, row-invariant anyway).
     blocked: True where a query may not attend. scores_out: a list the attention scores (before
     the softmax) are appended to."""
-    matmul = _bmm_by_row if by_query else torch.matmul
-    scores = matmul(q * (q.shape[-1] ** -0.5), k.transpose(-1, -2))
+    if not row_invariant:
+        return _attend(q, k, v, blocked, 0, scores_out)
+    min_queries = query_rows_for_row_invariance()
+    if min_queries is not None:
+        return _attend(q, k, v, blocked, min_queries, scores_out)
+    row_scores = [] if scores_out is not None else None
+    rows = [_attend(q[..., i : i + 1, :], k, v, None if blocked is None else blocked[..., i : i + 1, :], 0, row_scores)
+            for i in range(q.shape[-2])]
     if scores_out is not None:
-        scores_out.append(scores)
-    if blocked is not None:
-        scores = scores.masked_fill(blocked, float("-inf"))
-    return matmul(torch.softmax(scores.float(), dim=-1).to(v.dtype), v)
+        scores_out.append(torch.cat(row_scores, dim=-2))
+    return torch.cat(rows, dim=-2)
 
 
 class DecoderAttention(nn.Module):
@@ -237,7 +274,7 @@ class DecoderAttention(nn.Module):
         else:
             self.cross_kv = new
 
-    def forward(self, x: Tensor, positions: Tensor, blocked: Tensor | None, by_query: bool,
+    def forward(self, x: Tensor, positions: Tensor, blocked: Tensor | None, row_invariant: bool,
                 scores_out: list | None = None) -> Tensor:
         if self.cross:
             q = _split_heads(self.q(x), self.n_head)
@@ -248,7 +285,7 @@ class DecoderAttention(nn.Module):
                 self.kv_cache.write(positions, k, v)
                 k, v = self.kv_cache.k[:, :, : blocked.shape[-1]], self.kv_cache.v[:, :, : blocked.shape[-1]]
             # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
-        attn = _decoder_attention(q.to(k.dtype), k, v, None if self.cross else blocked, by_query, scores_out)
+        attn = _decoder_attention(q.to(k.dtype), k, v, None if self.cross else blocked, row_invariant, scores_out)
         return self.out(_merge_heads(attn).to(x.dtype))
 
 
@@ -262,10 +299,10 @@ class DecoderBlock(nn.Module):
         self.mlp_ln = nn.LayerNorm(d_model)
         self.mlp = MLP(d_model, d_ffn)
 
-    def forward(self, x: Tensor, positions: Tensor, blocked: Tensor, by_query: bool,
+    def forward(self, x: Tensor, positions: Tensor, blocked: Tensor, row_invariant: bool,
                 cross_scores: list | None = None) -> Tensor:
-        x = x + self.attn(self.attn_ln(x), positions, blocked, by_query)
-        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, by_query, cross_scores)
+        x = x + self.attn(self.attn_ln(x), positions, blocked, row_invariant)
+        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, row_invariant, cross_scores)
         return x + self.mlp(self.mlp_ln(x))
 
 
@@ -373,21 +410,20 @@ class Decoder(nn.Module):
         without (training), to the tokens of this call. Attention spans the whole cache unless
         span (> every position) limits it: a query's result then does not depend on how many
         positions one call computes, so the verification pass gives each position the logits a
-        one-token step would (bit for bit where the matmuls are row-invariant, as the bfloat16 and
-        int8 CPU kernels are; float32 CPU matmuls are not), and no host sync is needed for the
-        length. Only an assistant, whose drafts need not be exact, passes a span.
+        one-token step would (bit for bit on CPU, see _decoder_attention), and no host sync is
+        needed for the length. Only an assistant, whose drafts need not be exact, passes a span.
         cross_scores: a list that gets each block's cross-attention scores, [batch, head, T, frames].
         """
         cache = self.blocks[0].attn.kv_cache
         kv_len = (span or cache.k.shape[2]) if cache is not None else tokens.shape[1]
         blocked = torch.arange(kv_len, device=tokens.device) > positions[:, None, :, None]
-        # decoding (with caches) on CPU, whose batched matmuls are not row-invariant; training and
-        # whole-sequence scoring need no exactness across call shapes
-        by_query = cache is not None and tokens.device.type == "cpu"
+        # the main model decoding on CPU; training, whole-sequence scoring and an assistant's drafts
+        # need no exactness across call shapes
+        row_invariant = cache is not None and span is None and tokens.device.type == "cpu"
         x = self.token_embedding(tokens).to(self.dtype)  # an assistant may share a main embedding of another dtype
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
         for block in self.blocks:
-            x = block(x, positions, blocked, by_query, cross_scores)
+            x = block(x, positions, blocked, row_invariant, cross_scores)
         return self.ln(x)
 
     @property
