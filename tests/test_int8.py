@@ -66,6 +66,24 @@ def test_every_int8_layer_stays_close_to_its_float_layer(base_pair, int8_pair, d
     assert _relative_error(int8_decoder.proj_out(x.to(dtype)), logits) < 0.02
 
 
+@torch.inference_mode()
+def test_int8_cross_attention_states_come_from_a_float_product_of_the_int8_weights(base_pair, int8_pair):
+    """A window's cross-attention keys and values (1500 frames) go through a float GEMM on the
+    dequantized int8 weights: as close to the float layer as the int8 kernel is, in float32."""
+    states = torch.randn(1, 1500, 512) * 0.5
+    float_block, int8_block = base_pair.main.decoder.blocks[2], int8_pair.main.decoder.blocks[2]
+    int8_pair.main.decoder.set_cross(states)
+    k, v = int8_block.cross_attn.cross_kv
+    assert k.dtype == v.dtype == torch.float32
+    kv = int8_block.cross_attn.kv
+    product = kv.many_rows(states.to(torch.bfloat16).float())
+    assert torch.equal(torch.cat([t.transpose(1, 2).flatten(2) for t in (k, v)], dim=-1), product)
+    assert _relative_error(product, float_block.cross_attn.kv(states)) < 0.02
+    assert _relative_error(product, kv(states.to(torch.bfloat16))) < 0.01  # the fused kernel's product
+
+
+
+
 def _unaligned_tensors(module: torch.nn.Module) -> list[str]:
     return [name for name, t in module.state_dict().items() if t.numel() and not is_aligned(t)]
 

@@ -347,8 +347,13 @@ def draft_logits(decoder, window: Tensor, positions: Tensor, span: int) -> Tenso
 @functools.cache
 def _compiled_draft_logits():
     # one graph for every frame count and span, one for batches of 1 and one for larger ones
-    # (dynamic shapes); compiled at first use, as importing the compiler alone costs seconds
-    return torch.compile(draft_logits, dynamic=True, fullgraph=True)
+    # (dynamic shapes); compiled at first use, as importing the compiler alone costs seconds. The
+    # decoder's buffers (caches, whose batch shrinks as rows finish) dynamic too: static, they
+    # made a graph per batch size, each compiled for seconds inside a job
+    import torch._dynamo
+
+    return torch._dynamo.config.patch(force_parameter_static_shapes=False, force_nn_module_property_static_shapes=False)(
+        torch.compile(draft_logits, dynamic=True, fullgraph=True))
 
 
 _COMPILE_FAILED: list[str] = []  # why drafts went back to eager, once a compilation failed
