@@ -36,10 +36,12 @@ from .stats import DecodingStats
 # decoder precision ("float" or "int8"); a pair not listed always drafts, as every one measured now
 # does. On CPU drafting in every round pays at every batch size and in both precisions, since a
 # verification pass scores a round's positions in one product rather than a product a position
-# (model.query_rows_for_row_invariance): FIGURES. While it went a position at a time a round cost
-# more there, and this table held ("cpu", "float"): 1 (decoding 0.91-0.93x at batch 4 drafting in
-# every round, benchmarks/results/speculation_rows_cpu) and ("cpu", "int8"): 0 (0.95x at batch 1,
-# librispeech_int8_both_cpu as committed in d1525e0).
+# (model.query_rows_for_row_invariance). 78 LibriSpeech clips, decoding seconds of speculative over
+# main-only: 1.43x at batch 1, 1.34x at 2, 1.23x at 4 (benchmarks/results/librispeech_one_pass_verify_cpu);
+# with --int8 1.22x at batch 1, 1.08x at 4 (librispeech_int8_one_pass_verify_cpu). While it went a
+# position at a time a round cost more there, and this table held ("cpu", "float"): 1 (decoding
+# 0.91-0.93x at batch 4 drafting in every round, speculation_rows_cpu) and ("cpu", "int8"): 0 (0.95x
+# at batch 1, librispeech_int8_both_cpu).
 AUTO_MAX_ROWS: dict[tuple[str, str], int] = {}
 
 
