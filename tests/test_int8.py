@@ -82,8 +82,6 @@ def test_int8_cross_attention_states_come_from_a_float_product_of_the_int8_weigh
     assert _relative_error(product, kv(states.to(torch.bfloat16))) < 0.01  # the fused kernel's product
 
 
-
-
 def _unaligned_tensors(module: torch.nn.Module) -> list[str]:
     return [name for name, t in module.state_dict().items() if t.numel() and not is_aligned(t)]
 

@@ -32,7 +32,7 @@ class ModelDims:
 
 
 # Devices where a decoder position's result does not depend on how many positions one call computes
-# (packed oneDNN linears, attention one query at a time: see Decoder.features). Elsewhere (cuBLAS,
+# (packed oneDNN linears, attention with padded queries: see _decoder_attention). Elsewhere (cuBLAS,
 # fused attention and reductions choose algorithms by shape) decoding gives every main call one shape.
 ROW_INVARIANT_DEVICES = {"cpu"}
 
