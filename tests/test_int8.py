@@ -67,9 +67,10 @@ def test_every_int8_layer_stays_close_to_its_float_layer(base_pair, int8_pair, d
 
 
 @torch.inference_mode()
-def test_int8_cross_attention_states_come_from_a_float_product_of_the_int8_weights(base_pair, int8_pair):
-    """A window's cross-attention keys and values (1500 frames) go through a float GEMM on the
-    dequantized int8 weights: as close to the float layer as the int8 kernel is, in float32."""
+def test_int8_cross_attention_states_come_from_a_float_product_of_the_int8_weights(base_pair):
+    """With a float encoder, a window's cross-attention keys and values (1500 frames) go through a
+    float GEMM on the dequantized int8 weights: as close to the float layer as the int8 kernel is."""
+    int8_pair = load_pair("base", None, dtype="bfloat16", int8=True, int8_encoder=False)
     states = torch.randn(1, 1500, 512) * 0.5
     float_block, int8_block = base_pair.main.decoder.blocks[2], int8_pair.main.decoder.blocks[2]
     int8_pair.main.decoder.set_cross(states)
@@ -80,6 +81,33 @@ def test_int8_cross_attention_states_come_from_a_float_product_of_the_int8_weigh
     assert torch.equal(torch.cat([t.transpose(1, 2).flatten(2) for t in (k, v)], dim=-1), product)
     assert _relative_error(product, float_block.cross_attn.kv(states)) < 0.02
     assert _relative_error(product, kv(states.to(torch.bfloat16))) < 0.01  # the fused kernel's product
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("int8_decoder", [False, True])
+def test_cross_attention_states_beside_an_int8_encoder_are_int8_products_a_window_at_a_time(base_pair, int8_pair,
+                                                                                          int8_decoder):
+    """Where the encoder is int8 (the CPU default), so are the cross-attention keys and values,
+    the decoder's one other product over a window's 1500 frames: activations quantized per frame,
+    one window a call, so that a window's states do not depend on the windows beside it. Float
+    or int8 decoder alike; near the float layer's."""
+    pair = int8_pair if int8_decoder else load_pair("base", None)
+    assert pair.main.encoder.blocks[0].mlp.fc1.__class__ is DynamicInt8Linear
+    states = torch.randn(3, 1500, 512) * torch.tensor([0.1, 0.5, 2.0])[:, None, None]
+    decoder = pair.main.decoder
+    decoder.set_cross(states)
+    together = decoder.blocks[2].cross_attn.cross_kv
+    alone = []
+    for window in states.split(1):
+        decoder.set_cross(window)
+        alone.append(decoder.blocks[2].cross_attn.cross_kv)
+    for i, t in enumerate(together):
+        assert t.dtype == torch.float32
+        assert torch.equal(t, torch.cat([a[i] for a in alone]))
+    k, v = together
+    merged = torch.cat([t.transpose(1, 2).flatten(2) for t in (k, v)], dim=-1)
+    exact = base_pair.main.decoder.blocks[2].cross_attn.kv(states.to(decoder.dtype).float())
+    assert all(0 < _relative_error(merged[i], exact[i]) < 0.03 for i in range(3))
 
 
 def _unaligned_tensors(module: torch.nn.Module) -> list[str]:

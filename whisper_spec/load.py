@@ -37,6 +37,7 @@ from .quantize import (
     dynamic_int8_available,
     int8_modules,
     kernel_for,
+    quantize_cross_kv,
     quantize_decoder_state,
     quantize_encoder,
 )
@@ -118,8 +119,9 @@ def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", 
                int8: bool = False, int8_encoder: bool | None = None) -> Whisper:
     """One Whisper model; with_encoder=False reads the decoder only. int8: decoder linears in
     int8 (always so for a directory written by `whisper-spec quantize`). int8_encoder: the
-    encoder's linears in int8, weights and activations (CPU only, see DynamicInt8Linear); None:
-    default_int8_encoder, False: float."""
+    products of a window's 1500 frames in int8, weights and activations (CPU only, see
+    DynamicInt8Linear): the encoder's linears and the decoder's cross-attention keys and values;
+    None: default_int8_encoder, False: float."""
     dtype = as_dtype(dtype)
     device = torch.device(device)
     if int8_encoder is None:
@@ -143,10 +145,12 @@ def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", 
         ckpt = Checkpoint(path)
         encoder = _encoder(ckpt, dims, encoder_dtype, device) if with_encoder else None
         decoder = _decoder(ckpt, dims, dtype, device, int8)
-    if encoder is not None and int8_encoder:
+    if int8_encoder:
         if device.type != "cpu" or not dynamic_int8_available():
             raise ValueError(f"int8 encoder linears run on CPU with torch's oneDNN engine only, not on {device}")
-        quantize_encoder(encoder)
+        if encoder is not None:
+            quantize_encoder(encoder)
+        quantize_cross_kv(decoder)
     generation = json.loads((path / "generation_config.json").read_text())
     heads = tuple((int(layer), int(head)) for layer, head in generation.get("alignment_heads") or ())
     return Whisper(str(spec), path, dims, special, Tokenizer(vocabulary, special), decoder, encoder, alignment_heads=heads)

@@ -37,6 +37,12 @@ class ModelDims:
 ROW_INVARIANT_DEVICES = {"cpu"}
 
 
+def cast(tensor: Tensor, dtype: torch.dtype) -> Tensor:
+    """tensor in dtype; one that already is costs no dispatcher call (a decoder step makes a
+    hundred such casts, most of them no-ops, at ~2 us each through Tensor.to)."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
+
+
 def _onednn_packed(weight: Tensor) -> Tensor | None:
     """oneDNN's blocked copy of a float32 CPU weight, None where oneDNN does not run.
 
@@ -70,8 +76,8 @@ class Linear(nn.Linear):
         # projection) takes F.linear
         if self.packed is not None and x.dtype == torch.float32 and not (torch.is_grad_enabled() and x.requires_grad):
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-        bias = None if self.bias is None else self.bias.to(x.dtype)
-        return F.linear(x, self.weight.to(x.dtype), bias)
+        bias = None if self.bias is None else cast(self.bias, x.dtype)
+        return F.linear(x, cast(self.weight, x.dtype), bias)
 
     @classmethod
     def of(cls, weight: Tensor) -> "Linear":
@@ -194,7 +200,8 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, min_queries
         scores_out.append(scores[..., :n_queries, :])
     if blocked is not None:
         scores = scores.masked_fill(blocked, float("-inf"))
-    return _bmm(torch.softmax(scores.float(), dim=-1).to(v.dtype), v)[..., :n_queries, :]
+    out = _bmm(cast(torch.softmax(scores.float(), dim=-1), v.dtype), v)
+    return out[..., :n_queries, :] if padding else out
 
 
 @functools.cache
@@ -257,12 +264,18 @@ class DecoderAttention(nn.Module):
         else:
             self.qkv = Linear(d_model, 3 * d_model)
         self.out = Linear(d_model, d_model)
+        self.window_kv: nn.Module | None = None  # kv in int8 for set_cross (quantize.quantize_cross_kv)
         self.kv_cache: KVCache | None = None
         self.cross_kv: tuple[Tensor, Tensor] | None = None
 
     def set_cross(self, encoder_states: Tensor, dtype: torch.dtype) -> None:
         many_rows = getattr(self.kv, "many_rows", None)  # an int8 projection's product for many rows
-        states = many_rows(encoder_states.to(dtype)) if many_rows is not None else self.kv(encoder_states)
+        if self.window_kv is not None:
+            states = self.window_kv(encoder_states.float())
+        elif many_rows is not None:
+            states = many_rows(encoder_states.to(dtype))
+        else:
+            states = self.kv(encoder_states)
         # contiguous per (row, head): a strided copy would make every batched step copy them again
         k, v = states.chunk(2, dim=-1)
         new = tuple(_split_heads(t, self.n_head).to(dtype).contiguous() for t in (k, v))
@@ -288,8 +301,8 @@ class DecoderAttention(nn.Module):
                 self.kv_cache.write(positions, k, v)
                 k, v = self.kv_cache.k[:, :, : blocked.shape[-1]], self.kv_cache.v[:, :, : blocked.shape[-1]]
             # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
-        attn = _decoder_attention(q.to(k.dtype), k, v, None if self.cross else blocked, row_invariant, scores_out)
-        return self.out(_merge_heads(attn).to(x.dtype))
+        attn = _decoder_attention(cast(q, k.dtype), k, v, None if self.cross else blocked, row_invariant, scores_out)
+        return self.out(cast(_merge_heads(attn), x.dtype))
 
 
 class DecoderBlock(nn.Module):
@@ -423,7 +436,7 @@ class Decoder(nn.Module):
         # the main model decoding on CPU; training, whole-sequence scoring and an assistant's drafts
         # need no exactness across call shapes
         row_invariant = cache is not None and span is None and tokens.device.type == "cpu"
-        x = self.token_embedding(tokens).to(self.dtype)  # an assistant may share a main embedding of another dtype
+        x = cast(self.token_embedding(tokens), self.dtype)  # an assistant may share a main embedding of another dtype
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
         for block in self.blocks:
             x = block(x, positions, blocked, row_invariant, cross_scores)

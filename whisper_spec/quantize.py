@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .model import cast
+
 INT8_FORMAT = "whisper-spec-int8/1"
 QUANTIZATION_CONFIG = "quantization.json"
 # the decoder's linear layers that go int8 (per block), and the tied embedding / output projection
@@ -127,7 +129,7 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x = x.reshape(-1, self.in_features)
-        scales = self.scales.to(x.dtype)
+        scales = cast(self.scales, x.dtype)
         kernel = kernel_for(x.device.type, x.dtype)
         if kernel == "int8pack_mm":
             if not torch.compiler.is_compiling() and not is_aligned(self.weight):
@@ -138,7 +140,7 @@ class Int8Linear(nn.Module):
         else:
             y = _dequantize_mm(x, self.weight, scales)
         if self.bias is not None:
-            y = y + self.bias.to(y.dtype)
+            y = y + cast(self.bias, y.dtype)
         return y.reshape(*shape[:-1], self.out_features)
 
     def many_rows(self, x: Tensor) -> Tensor:
@@ -208,10 +210,13 @@ class DynamicInt8Linear(nn.Module):
     call. reduce_range keeps activations to 7 bits, as torch does on x86: without VNNI the kernel
     adds products in pairs in 16 bits, which 8-bit activations could overflow."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Module):
+        """From a float linear, or an Int8Linear (its dequantized weight)."""
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().float()
+        if isinstance(linear, Int8Linear):
+            weight = weight * linear.scales.float()[:, None]
         self.bias = None if linear.bias is None else linear.bias.detach().float()
         scales = per_channel_scales(weight)
         with warnings.catch_warnings():  # torch marks quantized tensors deprecated; its CPU int8 GEMM still takes them
@@ -222,6 +227,8 @@ class DynamicInt8Linear(nn.Module):
             self._packed = _with_engine("onednn", torch.ops.quantized.linear_prepack, qweight, None)
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.dim() == 3 and len(x) > 1:  # one call a window, so that no window's result depends on the batch
+            return torch.cat([self(window) for window in x.split(1)])
         # the largest magnitude per row, without materialising |x|
         row_max = torch.maximum(x.amax(-1, keepdim=True), x.amin(-1, keepdim=True).neg_()).clamp_(min=1e-30)
         y = torch.ops.quantized.linear_dynamic(x / row_max, self._packed, True).mul_(row_max)
@@ -247,6 +254,14 @@ def quantize_encoder(encoder: nn.Module) -> None:
     for block in encoder.blocks:
         for path in ENCODER_BLOCK_LINEARS:
             _swap(block, path, DynamicInt8Linear)
+
+
+def quantize_cross_kv(decoder: nn.Module) -> None:
+    """Each decoder layer's cross-attention keys and values computed by a DynamicInt8Linear of its
+    projection (window_kv): like the encoder's linears, a product of 1500 rows a window. The
+    float or int8 projection stays in place for export and training, which read its weights."""
+    for block in decoder.blocks:
+        block.cross_attn.window_kv = DynamicInt8Linear(block.cross_attn.kv)
 
 
 def weight_bytes(module: nn.Module) -> int:
