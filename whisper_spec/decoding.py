@@ -158,25 +158,22 @@ def decode_encoded(
 
     synchronize(device)
     start_time = time.perf_counter()
-    detects = main.special.multilingual and any(language is None for language in languages)
-    judges_silence = options.no_speech_threshold is not None and main.special.no_speech is not None
-    no_speech = None
-    if detects or judges_silence:
-        logits = sot_logits(main, batch)
+    after_sot = None
+    if main.special.multilingual and any(language is None for language in languages):
+        after_sot = sot_logits(main, batch)
         stats.main_forwards += 1
-        if detects:
-            languages = [language or found for language, found in zip(languages, detect_language(main, logits))]
-        if judges_silence:
-            no_speech = torch.softmax(logits, dim=-1)[:, main.special.no_speech]
+        languages = [language or found for language, found in zip(languages, detect_language(main, after_sot))]
     if not main.special.multilingual:
         languages = ["en"] * batch
     with _LiveRows(decoders, batch, device) as live:
-        context = _context(main, assistant, options, languages, n_ctx, max_length, device, live, no_speech)
+        context = _context(main, assistant, options, languages, n_ctx, max_length, device, live)
         state = _initial_state(context, languages)
+        if after_sot is not None and context.judges_silence:
+            read_no_speech(context, state, after_sot)
         speculative_decode(context, state, stats)
     synchronize(device)
     stats.decoding_seconds += time.perf_counter() - start_time
-    return _results(state, context, languages, stats, no_speech), stats
+    return _results(state, context, languages, stats), stats
 
 
 class _LiveRows:
@@ -233,7 +230,7 @@ class _Context:
     graphs: bool  # decoder steps replayed from CUDA graphs
     draft_logits: object  # draft_logits itself, or compiled (DecodingOptions.compile_drafts)
     live: _LiveRows
-    sums_logprobs: bool  # a row may be judged silent: sum its tokens' log-probabilities
+    judges_silence: bool  # the no-speech rule is on (DecodingOptions.no_speech_threshold)
 
 
 @dataclass
@@ -253,9 +250,11 @@ class _State:
     # [batch, n_ctx + 1]: the main model's log-probability of each accepted token, by position
     # (sums_logprobs), summed once at the end so that both modes add them in one order
     logprobs: Tensor
+    no_speech: Tensor | None = None  # each row's probability of <|nospeech|> after SOT (judges_silence)
+    sums_logprobs: bool = False  # a row may be judged silent: sum its tokens' log-probabilities
 
 
-def _context(main, assistant, options, languages, n_ctx, max_length, device, live, no_speech) -> _Context:
+def _context(main, assistant, options, languages, n_ctx, max_length, device, live) -> _Context:
     special = main.special
     prompt_length = len(special.prompt(languages[0], options.task, options.timestamps))
     rules = LogitRules(special, main.dims.n_vocab, prompt_length, options.timestamps, device)
@@ -275,10 +274,9 @@ def _context(main, assistant, options, languages, n_ctx, max_length, device, liv
         fixed_width = (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens) + 1
     graphs = options.cuda_graphs and device.type == "cuda"
     step = compiled_draft_logits if options.compile_drafts and device.type == "cpu" else draft_logits
-    sums_logprobs = (no_speech is not None and options.logprob_threshold is not None
-                     and bool((no_speech > options.no_speech_threshold).any()))
+    judges_silence = options.no_speech_threshold is not None and special.no_speech is not None
     return _Context(main, assistant, options, rules, draft_rules, generator, prompt_length, n_ctx, max_length,
-                    max_draft, max_rows, fixed_width, graphs, step, live, sums_logprobs)
+                    max_draft, max_rows, fixed_width, graphs, step, live, judges_silence)
 
 
 def _initial_state(context: _Context, languages: list[str]) -> _State:
@@ -314,7 +312,7 @@ def speculative_decode(context: _Context, state: _State, stats: DecodingStats) -
         round_drafts, draft_probs, k = draft(context, state, k, stats)
         logits, scored = verify(context, state, k, round_drafts, stats)
         n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored, draft_probs)
-        logprobs = token_logprobs(state, k, logits, scored, n_accepted, next_token) if context.sums_logprobs else None
+        logprobs = token_logprobs(state, k, logits, scored, n_accepted, next_token) if state.sums_logprobs else None
         advance(context, state, k, round_drafts, n_accepted, next_token, adapt=drafting, logprobs=logprobs)
 
 
@@ -324,9 +322,20 @@ def prefill(context: _Context, state: _State, stats: DecodingStats) -> None:
     n_prefill = context.prompt_length - 1
     if n_prefill > 0:
         positions = torch.arange(n_prefill, device=state.tokens.device).expand(len(state.tokens), -1)
-        context.main.decoder.features(state.tokens[:, :n_prefill], positions)
+        hidden = context.main.decoder.features(state.tokens[:, :n_prefill], positions)
+        if context.judges_silence and state.no_speech is None:
+            read_no_speech(context, state, context.main.decoder.logits(hidden[:, 0]))
         state.main_cached[:] = n_prefill
         stats.main_forwards += 1
+
+
+def read_no_speech(context: _Context, state: _State, after_sot: Tensor) -> None:
+    """Each row's no-speech probability from the main model's logits after SOT (its first call's,
+    or language detection's), and whether a row may be judged silent."""
+    options = context.options
+    state.no_speech = torch.softmax(after_sot, dim=-1)[:, context.main.special.no_speech]
+    state.sums_logprobs = (options.logprob_threshold is not None
+                           and bool((state.no_speech > options.no_speech_threshold).any()))
 
 
 def _window_logits(context: _Context, decoder, window: Tensor, positions: Tensor, compact: bool) -> Tensor:
@@ -437,10 +446,17 @@ def verify(context: _Context, state: _State, k: int, round_drafts: Tensor, stats
     scored = (steps <= round_drafts[:, None]) & active[:, None]
     stats.main_forwards += 1
     if context.fixed_width is None:
-        hidden = context.live.call(decoder.features, window, positions)[:, needed - k - 1 : needed]
+        features = context.live.call(decoder.features, window, positions)
+        hidden = features[:, needed - k - 1 : needed][scored]
+        # the first round's window starts at SOT: its logits there in the same product, rather than
+        # a main call of their own (row-invariant: as a one-token step would give them)
+        first = context.judges_silence and state.no_speech is None
+        logits = decoder.logits(torch.cat([hidden, features[:, 0]]) if first else hidden)
+        if first:
+            read_no_speech(context, state, logits[len(hidden):])
+            logits = logits[: len(hidden)]
         flat = scored.view(-1)
-        logits = context.rules(decoder.logits(hidden[scored]), tokens.repeat_interleave(k + 1, dim=0)[flat],
-                               (length[:, None] + steps).view(-1)[flat])
+        logits = context.rules(logits, tokens.repeat_interleave(k + 1, dim=0)[flat], (length[:, None] + steps).view(-1)[flat])
         return logits, scored
     logits = _window_logits(context, decoder, window, positions, compact=False)
     # each position's logits are for the token after it
@@ -520,12 +536,11 @@ def compression_ratio(text: str) -> float:
     return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
-def _results(state: _State, context: _Context, languages: list[str], stats: DecodingStats,
-             no_speech: Tensor | None) -> list[WindowResult]:
+def _results(state: _State, context: _Context, languages: list[str], stats: DecodingStats) -> list[WindowResult]:
     """Each row's tokens, counts and no-speech verdict; the batch's times are shared equally by its rows."""
     batch, eot, start, options = len(languages), context.main.special.eot, context.prompt_length, context.options
     results = []
-    no_speech = no_speech.tolist() if no_speech is not None else [None] * batch
+    no_speech = state.no_speech.tolist() if state.no_speech is not None else [None] * batch
     positions = torch.arange(state.logprobs.shape[1], device=state.logprobs.device)
     logprob_sums = torch.where(positions < state.length[:, None], state.logprobs, 0.0).sum(dim=1)
     rows = zip(state.tokens[:, start:].tolist(), state.length.tolist(), state.counts.tolist(),
@@ -538,7 +553,7 @@ def _results(state: _State, context: _Context, languages: list[str], stats: Deco
             row_tokens = row_tokens[:-1]
         silent, avg_logprob = False, None
         if no_speech_prob is not None and no_speech_prob > options.no_speech_threshold:
-            if context.sums_logprobs:
+            if state.sums_logprobs:
                 avg_logprob = logprob_sum / (len(row_tokens) + 1)  # the end of text counts, as in openai-whisper
             silent = (avg_logprob is None or avg_logprob <= options.logprob_threshold
                       or (options.compression_ratio_threshold is not None
