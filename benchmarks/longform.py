@@ -12,6 +12,8 @@ speech does (the last 10 ms with a sample above -34 dBFS), and for the LibriSpee
 stitched WER against the WER of the same utterances decoded one by one.
 
     python benchmarks/longform.py --batch-sizes 1,2,4 --output benchmarks/results/longform_cpu.json
+
+Decoders as the command line loads them: int8 on CPU where that is the default (--no-int8: float32).
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 from _common import SPEECH, manifest_rows, progress, write_report
 
 from whisper_spec.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.metrics import machine_info, word_error_rate
-from whisper_spec.load import load_pair
+from whisper_spec.load import default_int8, load_pair
 from whisper_spec.options import DecodingOptions
+from whisper_spec.pair import decoder_precision
 from whisper_spec.pipeline import transcribe
 from whisper_spec.sources import default_assistant
 
@@ -38,6 +42,8 @@ def main() -> int:
     parser.add_argument("--assistant", default=None, help="default: the model's distilled assistant")
     parser.add_argument("--batch-sizes", default="1,2,4")
     parser.add_argument("--draft-tokens", type=int, default=DecodingOptions.draft_tokens)
+    parser.add_argument("--int8", action=argparse.BooleanOptionalAction, default=None,
+                        help="int8 decoder linears (default: as whisper-spec transcribe, on for cpu)")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
 
@@ -46,13 +52,15 @@ def main() -> int:
     assistant = args.assistant or default_assistant(args.model)
     if assistant is None:
         parser.error(f"{args.model} has no distilled assistant: give --assistant")
-    pair = load_pair(args.model, assistant)
+    int8 = default_int8(torch.device("cpu")) if args.int8 is None else args.int8
+    pair = load_pair(args.model, assistant, int8=int8, dtype="bfloat16" if int8 else "float32")
     options = DecodingOptions(language="en", draft_tokens=args.draft_tokens)
     audio_seconds = sum(r["duration_s"] for r in files)
     list(transcribe(pair, paths[:1], options, use_assistant=False))  # warm-up
 
-    report = {"machine": machine_info(pair.device), "model": args.model, "assistant": str(assistant), "files": len(paths),
-              "audio_seconds": audio_seconds, "results": []}
+    report = {"machine": machine_info(pair.device), "model": args.model, "assistant": str(assistant),
+              "decoder_precision": decoder_precision(pair.main), "files": len(paths), "audio_seconds": audio_seconds,
+              "results": []}
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
         entry = {"batch_size": batch}
         seconds = {"main": 0.0, "speculative": 0.0}

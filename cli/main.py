@@ -19,13 +19,18 @@ def _error(message: str) -> None:
     print(f"{PROG}: error: {message}", file=sys.stderr)
 
 
-def _pick_device(device: str | None, dtype: str | None, int8: bool = False) -> tuple[str, str]:
+def _pick_device(device: str | None, dtype: str | None, int8: bool | None = False) -> tuple[str, str, bool]:
+    """Device, dtype and int8 decoders from the flags; int8 None: the device's default (load.default_int8)."""
     import torch
 
+    from whisper_spec.load import default_int8
+
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if int8 is None:
+        int8 = default_int8(torch.device(device))
     # the CPU int8 kernel is fast with bfloat16 activations, slow with float32 ones
     dtype = dtype or ("float16" if device.startswith("cuda") else ("bfloat16" if int8 else "float32"))
-    return device, dtype
+    return device, dtype, int8
 
 
 def _options(cls, **values):
@@ -47,9 +52,9 @@ def pair_args(args) -> dict:
     assistant = DEFAULT_ASSISTANT if args.assistant is None else args.assistant
     if str(assistant).lower() == "none":
         assistant = None
-    device, dtype = _pick_device(args.device, args.dtype, args.int8)
+    device, dtype, int8 = _pick_device(args.device, args.dtype, args.int8)
     return dict(main=args.model, assistant=assistant, assistant_encoder=args.assistant_encoder, dtype=dtype,
-                device=device, int8=args.int8, int8_encoder=args.int8_encoder)
+                device=device, int8=int8, int8_encoder=args.int8_encoder)
 
 
 def load_from_args(args, note):
@@ -61,7 +66,7 @@ def load_from_args(args, note):
     if spec["assistant"] == DEFAULT_ASSISTANT and pair.assistant is None:
         note(f"no distilled assistant for {args.model} yet: decoding with the main model alone "
              "(use --assistant MODEL for speculative decoding)")
-    if pair.int8_kernel is not None:
+    if args.int8 and pair.int8_kernel is not None:  # asked for: which kernel runs it (the default's is the fused one)
         note(f"int8 decoder linears, kernel: {pair.int8_kernel}")
     return pair
 
@@ -216,7 +221,7 @@ def cmd_distill(args) -> int:
         eval_every=args.eval_every, seed=args.seed, join=args.join, augment=args.augment, shifts=args.shifts,
         balance=args.balance,
     )
-    device, _ = _pick_device(args.device, "float32")
+    device, _, _ = _pick_device(args.device, "float32")
     # float encoder states, as the shipped assistants were trained on (their cards' commands)
     main_pair = load_pair(args.main, None, dtype="float32", device=device, int8_encoder=False)
     command = shlex.join([PROG, *sys.argv[1:]])
@@ -251,7 +256,9 @@ def cmd_bench(args) -> int:
     note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
     batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     peers = () if args.peers == "none" else tuple(p for p in args.peers.split(",") if p)
-    options = _options(BenchOptions, batch_sizes=batch_sizes, int8=args.int8, peers=peers, repeats=args.repeats,
+    # int8 configurations beside the float ones where asked, or where int8 decoders are the default
+    _, int8_dtype, with_int8 = _pick_device(args.device, args.dtype, args.int8)
+    options = _options(BenchOptions, batch_sizes=batch_sizes, int8=with_int8, peers=peers, repeats=args.repeats,
                            draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence,
                            speculation=args.speculation, task=args.task, cuda_graphs=args.cuda_graphs,
                            compile_drafts=args.compile_drafts)
@@ -264,7 +271,6 @@ def cmd_bench(args) -> int:
     pair = load_from_args(args, note)
     int8_pair = None
     if options.int8:
-        _, int8_dtype = _pick_device(str(pair.device), args.dtype, int8=True)
         int8_pair = load_pair(args.model, pair.assistant.name if pair.assistant else None, dtype=int8_dtype,
                               device=pair.device, int8=True, assistant_encoder=args.assistant_encoder,
                               int8_encoder=args.int8_encoder)

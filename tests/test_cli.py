@@ -107,6 +107,23 @@ def test_int8_encoder_is_left_to_the_loader_unless_a_flag_says(tmp_path):
     assert "Quilter" in json.loads((out / f"{QUILTER.stem}.json").read_text())["text"]
 
 
+def test_int8_decoders_are_the_cpu_default_unless_a_flag_says():
+    """No flag: int8 decoders with bfloat16 activations on CPU wherever the fused kernel runs
+    (load.default_int8: the fastest configuration measured there); --no-int8: float32 decoders;
+    bench: int8 configurations beside the float ones by the same rule."""
+    import torch
+
+    from whisper_spec.cli.main import pair_args
+    from whisper_spec.cli.parser import build_parser
+    from whisper_spec.load import default_int8
+
+    default = default_int8(torch.device("cpu"))
+    for flags, int8, dtype in (([], default, "bfloat16" if default else "float32"), (["--int8"], True, "bfloat16"),
+                               (["--no-int8"], False, "float32"), (["--int8", "--dtype", "float32"], True, "float32")):
+        args = build_parser().parse_args(["transcribe", "x", "--device", "cpu", *flags])
+        assert (pair_args(args)["int8"], pair_args(args)["dtype"]) == (int8, dtype)
+
+
 def test_models_lists_embedded_defaults(capsys):
     assert main(["models", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}

@@ -36,10 +36,18 @@ def job_manifest(tmp_path_factory):
     return path
 
 
+def command_line_pair() -> dict:
+    """load_pair's arguments as `whisper-spec batch` gives them without flags (int8 decoders on CPU)."""
+    from whisper_spec.cli.main import pair_args
+    from whisper_spec.cli.parser import build_parser
+
+    return pair_args(build_parser().parse_args(["batch", "x", "-o", "y"]))
+
+
 @pytest.fixture(scope="module")
 def local_run(job_manifest, tmp_path_factory):
     out = tmp_path_factory.mktemp("local")
-    summary = run_batch(load_pair("base"), collect_jobs(str(job_manifest)), out, FORMATS,
+    summary = run_batch(load_pair(**command_line_pair()), collect_jobs(str(job_manifest)), out, FORMATS,
                         DecodingOptions(timestamps=True), progress=False)
     return out, summary
 
@@ -52,7 +60,7 @@ def test_ray_outputs_equal_a_local_run(job_manifest, local_run, tmp_path):
     local_out, local_summary = local_run
     out = tmp_path / "ray"
     try:
-        summary = run_batch_ray({"main": "base"}, collect_jobs(str(job_manifest)), out, FORMATS,
+        summary = run_batch_ray(command_line_pair(), collect_jobs(str(job_manifest)), out, FORMATS,
                                 DecodingOptions(timestamps=True), ray_options=RayOptions(actors=2), progress=False)
     finally:
         ray.shutdown()

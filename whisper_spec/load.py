@@ -109,6 +109,14 @@ def build_decoder(dims: ModelDims, state: dict, dtype, device) -> Decoder:
     return decoder
 
 
+def default_int8(device: torch.device) -> bool:
+    """Whether decoders' linears go int8 when the command line is not told (and an assistant's when
+    load_pair is not, see assistant_precision): on CPU wherever the fused int8 kernel runs (with
+    bfloat16 activations), the fastest configuration measured there at a WER within 0.1 point of
+    float32 decoders' (README, LibriSpeech); elsewhere float, as int8 weights save GPU memory, not time."""
+    return device.type == "cpu" and kernel_for("cpu", torch.bfloat16) == "int8pack_mm"
+
+
 def default_int8_encoder(device: torch.device) -> bool:
     """Whether the encoder's linears go int8 when the caller does not say: on CPU, where
     DynamicInt8Linear runs (faster, at the WER its docstring gives); float elsewhere."""
@@ -166,7 +174,7 @@ def assistant_precision(dtype: torch.dtype, int8: bool, assistant_int8: bool | N
     compute in half precision: the CPU kernel is slow with float32 activations.
     """
     if assistant_int8 is None:
-        assistant_int8 = int8 or (device.type == "cpu" and kernel_for("cpu", torch.bfloat16) == "int8pack_mm")
+        assistant_int8 = int8 or default_int8(device)
     if assistant_int8 and dtype == torch.float32:
         return torch.bfloat16, True
     return dtype, assistant_int8
