@@ -1,13 +1,15 @@
 """Where CPU time goes, per 30 s window and per decoder step, next to CTranslate2 on the same weights.
 
 Times, interleaved over repeats (medians): the encoder per window (ours float32 and int8, the CPU
-default; CTranslate2 float32 and int8 where installed), ours (float32) on a batch of 4 windows in
+default; CTranslate2 float32 and int8 where installed), the main decoder's cross-attention keys and
+values of a window (float32, int8 beside the int8 encoder, int8 decoder beside a float32 encoder),
+ours (float32) on a batch of 4 windows in
 one pass against window by window (with the minor page faults each takes: why
 encoding.encoder_states goes window by window on CPU), and the main decoder per step, main-only
 greedy on LibriSpeech clips, float32 and int8 (bfloat16 activations), plus the ops that take the
 step's time (torch profiler, self time per step) and their sum: a step's time beyond it is Python
-and dispatch between the ops. And the parts of a speculative round at batch 1 (float32 main + the
-shipped assistant): a main call scoring 1-5 positions and an assistant draft step (eager, and
+and dispatch between the ops; the output projection of each by rows in a call. And the parts of a speculative round at batch 1 (float32 and int8
+main decoders + the shipped assistant): a main call scoring 1-5 positions and an assistant draft step (eager, and
 compiled as --compile-drafts does), in one-token main steps. The numbers that decide what to make
 faster next.
 
@@ -40,6 +42,31 @@ def _encoder_seconds(pair, mel: torch.Tensor) -> float:
     with torch.inference_mode():
         pair.main.encoder(mel)
     return time.perf_counter() - start
+
+
+def _cross_kv_seconds(pair, states: torch.Tensor) -> float:
+    """The main decoder's cross-attention keys and values of one window's encoder states."""
+    start = time.perf_counter()
+    with torch.inference_mode():
+        pair.main.decoder.set_cross(states)
+    return time.perf_counter() - start
+
+
+def _projection_ms_by_rows(pair, repeats: int) -> dict:
+    """ms of the main decoder's output projection (51865 x 512 for base) by rows in one call: its
+    kernel's cost as verification adds rows (int8: the fused kernel; float32: oneDNN's packed one)."""
+    projection, times = pair.main.decoder.proj_out, {}
+    with torch.inference_mode():
+        for rows in (1, 2, 4, 5, 8, 16):
+            x = torch.randn(rows, pair.main.dims.d_model, dtype=pair.main.decoder.dtype)
+            projection(x)
+            samples = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                projection(x)
+                samples.append(time.perf_counter() - start)
+            times[rows] = round(1000 * statistics.median(samples), 2)
+    return times
 
 
 def _batched_encoder(pair, mels: list[torch.Tensor], repeats: int) -> dict:
@@ -172,6 +199,14 @@ def main() -> int:
     encoders = _ct2_encoders(args.model)
     ct2_features = [_storage_view(mel) for mel in mels[:3]] if encoders else [None] * len(mels[:3])
     times: dict[str, list[float]] = {**{name: [] for name in ours}, **{name: [] for name in encoders}}
+    # float32 projections; int8 beside an int8 encoder (the CPU default); with int8 decoders and a float encoder
+    cross_kv_pairs = {"float32": pairs["float32"], "int8 (beside an int8 encoder)": ours["whisper-spec int8"],
+                      "int8 decoder, float32 encoder": pairs["int8"]}
+    cross_kv_times: dict[str, list[float]] = {name: [] for name in cross_kv_pairs}
+    with torch.inference_mode():
+        states = [pairs["float32"].main.encoder(mel) for mel in mels[:3]]
+    for pair in cross_kv_pairs.values():
+        _cross_kv_seconds(pair, states[0])
     for name, encoder in encoders.items():
         encoder.encode(ct2_features[0])  # warm-up
     for pair in ours.values():
@@ -184,12 +219,19 @@ def main() -> int:
                 start = time.perf_counter()
                 encoder.encode(features)
                 times[name].append(time.perf_counter() - start)
+        for window in states:
+            for name, pair in cross_kv_pairs.items():
+                cross_kv_times[name].append(_cross_kv_seconds(pair, window))
     report = {
         "machine": machine_info(torch.device("cpu")), "model": args.model, "clips": len(clips),
         "encoder_seconds_per_window": {name: statistics.median(t) for name, t in times.items()},
+        "cross_kv_seconds_per_window": {name: statistics.median(t) for name, t in cross_kv_times.items()},
         "encoder_batch_of_4": _batched_encoder(pairs["float32"], mels, args.repeats),
         "decoder": {name: _step_costs(pair, mels, args.top) for name, pair in pairs.items()},
-        "speculative_round_parts": _call_costs(load_pair(args.model), mels[0], repeats=30 * args.repeats),
+        "output_projection_ms_by_rows": {name: _projection_ms_by_rows(pair, 20 * args.repeats) for name, pair in pairs.items()},
+        "speculative_round_parts": {
+            name: _call_costs(load_pair(args.model, **precision), mels[0], repeats=30 * args.repeats)
+            for name, precision in (("float32", {}), ("int8", {"int8": True, "dtype": "bfloat16"}))},
     }
     return write_report(report, args.output)
 

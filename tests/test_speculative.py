@@ -157,7 +157,7 @@ def test_max_length_stops_rows_exactly():
 
 def test_auto_speculation_drafts_only_while_few_rows_decode(monkeypatch):
     """speculation="auto" skips drafting in rounds with more rows decoding than AUTO_MAX_ROWS allows
-    on the device (a limit of one row here: none is measured to need one now); every mode gives the
+    on the device (a limit of one row here, as int8 decoders on CPU have); every mode gives the
     main model's tokens."""
     from dataclasses import replace
 

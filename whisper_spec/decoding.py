@@ -33,16 +33,17 @@ from .rules import LogitRules
 from .stats import DecodingStats
 
 # speculation="auto": the most rows decoding at once for which a round drafts, by device and main
-# decoder precision ("float" or "int8"); a pair not listed always drafts, as every one measured now
-# does. On CPU drafting in every round pays at every batch size and in both precisions, since a
-# verification pass scores a round's positions in one product rather than a product a position
-# (model.query_rows_for_row_invariance). 78 LibriSpeech clips, decoding seconds of speculative over
-# main-only: 1.43x at batch 1, 1.34x at 2, 1.23x at 4 (benchmarks/results/librispeech_one_pass_verify_cpu);
-# with --int8 1.22x at batch 1, 1.08x at 4 (librispeech_int8_one_pass_verify_cpu). While it went a
-# position at a time a round cost more there, and this table held ("cpu", "float"): 1 (decoding
-# 0.91-0.93x at batch 4 drafting in every round, speculation_rows_cpu) and ("cpu", "int8"): 0 (0.95x
-# at batch 1, librispeech_int8_both_cpu).
-AUTO_MAX_ROWS: dict[tuple[str, str], int] = {}
+# decoder precision ("float" or "int8"); a pair not listed always drafts. On CPU float32 decoders
+# draft in every round: a verification pass scores a round's positions in one product
+# (model.query_rows_for_row_invariance), and speculative decoding over main-only is 1.43x at batch 1,
+# 1.34x at 2, 1.23x at 4 in decoding seconds (78 LibriSpeech clips,
+# benchmarks/results/librispeech_one_pass_verify_cpu). int8 decoders (the CPU default) draft only
+# while one row decodes: the fused int8 kernel's cost grows with the rows of a call from four on
+# (base's output projection: 3.0 ms for 1 row, 5.1 for 4, 9.6 for 5, 19.5 for 16), so verifying a
+# batch's rows together costs more than it saves: drafting in every round, long-form at batch 4
+# 0.91x (benchmarks/results/longform_cpu.json before this limit, in its git history), LibriSpeech at
+# batch 4 1.01x (librispeech_int8_cross_kv_cpu), against 1.48x and 1.21x at batch 1.
+AUTO_MAX_ROWS: dict[tuple[str, str], int] = {("cpu", "int8"): 1}
 
 
 def auto_max_rows(main: Whisper) -> int | None:
