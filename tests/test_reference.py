@@ -65,6 +65,10 @@ def test_no_speech_probability_and_average_logprob_are_whispers(base_pair, hf_ba
     assert stats.accepted > 0
     assert [(r.tokens, r.no_speech, r.no_speech_prob, r.avg_logprob) for r in speculative] == \
         [(r.tokens, r.no_speech, r.no_speech_prob, r.avg_logprob) for r in ours]
+    # read from the first main call's logits at SOT, not from a main call of its own
+    forwards = [decode_windows(base_pair, mel, DecodingOptions(language="en", no_speech_threshold=threshold),
+                               use_assistant=False)[1].main_forwards for threshold in (0.0, None)]
+    assert forwards[0] == forwards[1]
     for row, result in enumerate(ours):
         prompt = special.prompt("en", "transcribe", timestamps=False)
         sequence = torch.tensor([prompt + result.tokens + [special.eot]])

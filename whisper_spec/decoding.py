@@ -39,10 +39,11 @@ from .stats import DecodingStats
 # 1.34x at 2, 1.23x at 4 in decoding seconds (78 LibriSpeech clips,
 # benchmarks/results/librispeech_one_pass_verify_cpu). int8 decoders (the CPU default) draft only
 # while one row decodes: the fused int8 kernel's cost grows with the rows of a call from four on
-# (base's output projection: 3.0 ms for 1 row, 5.1 for 4, 9.6 for 5, 19.5 for 16), so verifying a
-# batch's rows together costs more than it saves: drafting in every round, long-form at batch 4
-# 0.91x (benchmarks/results/longform_cpu.json before this limit, in its git history), LibriSpeech at
-# batch 4 1.01x (librispeech_int8_cross_kv_cpu), against 1.48x and 1.21x at batch 1.
+# (base's output projection: 2.5 ms for 1 row, 4.2 for 4, 7.6 for 5, 14.9 for 16;
+# benchmarks/results/cpu_costs.json), so verifying a batch's rows together costs more than it saves:
+# drafting in every round, long-form at batch 4 0.91x (benchmarks/results/longform_cpu.json as
+# committed in 633ac26, run before this limit), LibriSpeech at batch 4 1.02x
+# (librispeech_int8_cross_kv_cpu), against 1.48x and 1.21x at batch 1.
 AUTO_MAX_ROWS: dict[tuple[str, str], int] = {("cpu", "int8"): 1}
 
 
@@ -457,7 +458,8 @@ def verify(context: _Context, state: _State, k: int, round_drafts: Tensor, stats
             read_no_speech(context, state, logits[len(hidden):])
             logits = logits[: len(hidden)]
         flat = scored.view(-1)
-        logits = context.rules(logits, tokens.repeat_interleave(k + 1, dim=0)[flat], (length[:, None] + steps).view(-1)[flat])
+        logits = context.rules(logits, tokens.repeat_interleave(k + 1, dim=0)[flat],
+                               (length[:, None] + steps).view(-1)[flat])
         return logits, scored
     logits = _window_logits(context, decoder, window, positions, compact=False)
     # each position's logits are for the token after it

@@ -269,10 +269,9 @@ class DecoderAttention(nn.Module):
         self.cross_kv: tuple[Tensor, Tensor] | None = None
 
     def set_cross(self, encoder_states: Tensor, dtype: torch.dtype) -> None:
-        many_rows = getattr(self.kv, "many_rows", None)  # an int8 projection's product for many rows
         if self.window_kv is not None:
             states = self.window_kv(encoder_states.float())
-        elif many_rows is not None:
+        elif (many_rows := getattr(self.kv, "many_rows", None)) is not None:  # an int8 projection's, for many rows
             states = many_rows(encoder_states.to(dtype))
         else:
             states = self.kv(encoder_states)
