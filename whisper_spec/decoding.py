@@ -43,7 +43,8 @@ from .stats import DecodingStats
 # benchmarks/results/cpu_costs.json), so verifying a batch's rows together costs more than it saves:
 # drafting in every round, long-form at batch 4 0.91x (benchmarks/results/longform_cpu.json as
 # committed in 633ac26, run before this limit), LibriSpeech at batch 4 1.02x
-# (librispeech_int8_cross_kv_cpu), against 1.48x and 1.21x at batch 1.
+# (librispeech_int8_cross_kv_cpu), against 1.48x and 1.21x at batch 1; with this limit long-form at
+# batch 4 is 1.07x (longform_b4_int8_auto_cpu.json).
 AUTO_MAX_ROWS: dict[tuple[str, str], int] = {("cpu", "int8"): 1}
 
 
