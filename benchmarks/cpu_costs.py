@@ -19,6 +19,7 @@ faster next.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from pathlib import Path
@@ -52,21 +53,24 @@ def _cross_kv_seconds(pair, states: torch.Tensor) -> float:
     return time.perf_counter() - start
 
 
+def _median_ms(call, repeats: int) -> float:
+    """Median ms of call() over repeats, after one unmeasured call."""
+    call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
 def _projection_ms_by_rows(pair, repeats: int) -> dict:
     """ms of the main decoder's output projection (51865 x 512 for base) by rows in one call: its
     kernel's cost as verification adds rows (int8: the fused kernel; float32: oneDNN's packed one)."""
-    projection, times = pair.main.decoder.proj_out, {}
+    projection, d_model, dtype = pair.main.decoder.proj_out, pair.main.dims.d_model, pair.main.decoder.dtype
     with torch.inference_mode():
-        for rows in (1, 2, 4, 5, 8, 16):
-            x = torch.randn(rows, pair.main.dims.d_model, dtype=pair.main.decoder.dtype)
-            projection(x)
-            samples = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                projection(x)
-                samples.append(time.perf_counter() - start)
-            times[rows] = round(1000 * statistics.median(samples), 2)
-    return times
+        return {rows: round(_median_ms(functools.partial(projection, torch.randn(rows, d_model, dtype=dtype)), repeats), 2)
+                for rows in (1, 2, 4, 5, 8, 16)}
 
 
 def _batched_encoder(pair, mels: list[torch.Tensor], repeats: int) -> dict:
@@ -148,15 +152,7 @@ def _call_costs(pair, mel: torch.Tensor, repeats: int, position: int = 24) -> di
         decoder.ensure_caches(1, n_ctx)
     encode(pair, mel, None, DecodingStats())
     token = pair.main.special.eot
-
-    def median_ms(call) -> float:
-        call()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - start)
-        return 1000 * statistics.median(times)
+    median_ms = functools.partial(_median_ms, repeats=repeats)
 
     def main_call(width: int):
         tokens = torch.full((1, width), token)
