@@ -29,7 +29,7 @@ from _common import SPEECH, manifest_rows, progress, write_report
 
 from whisper_spec.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.metrics import machine_info, word_error_rate
-from whisper_spec.load import default_int8, load_pair
+from whisper_spec.load import default_precision, load_pair
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import decoder_precision
 from whisper_spec.pipeline import transcribe
@@ -52,8 +52,8 @@ def main() -> int:
     assistant = args.assistant or default_assistant(args.model)
     if assistant is None:
         parser.error(f"{args.model} has no distilled assistant: give --assistant")
-    int8 = default_int8(torch.device("cpu")) if args.int8 is None else args.int8
-    pair = load_pair(args.model, assistant, int8=int8, dtype="bfloat16" if int8 else "float32")
+    int8, dtype = default_precision(torch.device("cpu"), args.int8)
+    pair = load_pair(args.model, assistant, int8=int8, dtype=dtype)
     options = DecodingOptions(language="en", draft_tokens=args.draft_tokens)
     audio_seconds = sum(r["duration_s"] for r in files)
     list(transcribe(pair, paths[:1], options, use_assistant=False))  # warm-up

@@ -20,16 +20,13 @@ def _error(message: str) -> None:
 
 
 def _pick_device(device: str | None, dtype: str | None, int8: bool | None = False) -> tuple[str, str, bool]:
-    """Device, dtype and int8 decoders from the flags; int8 None: the device's default (load.default_int8)."""
+    """Device, dtype and int8 decoders from the flags; None: the device's default (load.default_precision)."""
     import torch
 
-    from whisper_spec.load import default_int8
+    from whisper_spec.load import default_precision
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if int8 is None:
-        int8 = default_int8(torch.device(device))
-    # the CPU int8 kernel is fast with bfloat16 activations, slow with float32 ones
-    dtype = dtype or ("float16" if device.startswith("cuda") else ("bfloat16" if int8 else "float32"))
+    int8, dtype = default_precision(torch.device(device), int8, dtype)
     return device, dtype, int8
 
 

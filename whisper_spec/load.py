@@ -117,6 +117,15 @@ def default_int8(device: torch.device) -> bool:
     return device.type == "cpu" and kernel_for("cpu", torch.bfloat16) == "int8pack_mm"
 
 
+def default_precision(device: torch.device, int8: bool | None = None, dtype: str | None = None) -> tuple[bool, str]:
+    """int8 decoders and the activation dtype as the command line loads them, where not given:
+    int8 per default_int8; float16 on CUDA, and on CPU bfloat16 with int8 decoders (the CPU int8
+    kernel is fast with bfloat16 activations, slow with float32 ones), else float32."""
+    if int8 is None:
+        int8 = default_int8(device)
+    return int8, dtype or ("float16" if device.type == "cuda" else ("bfloat16" if int8 else "float32"))
+
+
 def default_int8_encoder(device: torch.device) -> bool:
     """Whether the encoder's linears go int8 when the caller does not say: on CPU, where
     DynamicInt8Linear runs (faster, at the WER its docstring gives); float elsewhere."""
