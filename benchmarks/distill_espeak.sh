@@ -2,7 +2,8 @@
 # Does other text help the multilingual assistant? The shipped assistant's recipe trained again with
 # ~12 min a language (de, es, fr, pt) of espeak-ng speech reading thousands of distinct sentences
 # (benchmarks/espeak_corpus.py) added to its training audio, then measured on the FLEURS recordings
-# (never trained on) at batch 1 with the defaults. Writes DIR/fleurs/ (bench report) and
+# (never trained on) and the 78 LibriSpeech clips (English must not get worse), at batch 1 with the
+# defaults. Writes DIR/fleurs/ and DIR/librispeech/ (bench reports) and
 # DIR/assistant_card.md (the assistant's card; its weights stay in a temporary folder unless
 # ASSISTANT=DIR keeps them there). Needs the Debian packages espeak_corpus.py names.
 # Teacher labels for ~1,500 windows: about an hour on 2 CPU cores, unless cached.
@@ -20,4 +21,6 @@ whisper-spec distill --audio "$speech/unlabeled/librispeech-train-clean-100" "$s
   --threads 2 --join 5 --augment 1 --shifts 2 --balance 0.5
 whisper-spec bench "$speech/manifest.jsonl" --set fleurs_de,fleurs_es,fleurs_fr,fleurs_pt --batch-sizes 1 \
   --repeats 1 --peers none --assistant "${ASSISTANT:-$work/assistant}" -o "$out/fleurs" -q
+whisper-spec bench "$speech/manifest.jsonl" --set librispeech --batch-sizes 1 --repeats 1 --peers none \
+  --assistant "${ASSISTANT:-$work/assistant}" -o "$out/librispeech" -q
 cp "${ASSISTANT:-$work/assistant}/README.md" "$out/assistant_card.md"
