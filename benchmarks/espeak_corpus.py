@@ -75,11 +75,8 @@ def handbook_sentences(translation: str) -> list[str]:
 def translated_fortunes(source: str, target: str) -> list[str]:
     """Another language's fortunes machine-translated (Apertium), those with no unknown word: Debian
     has no French fortunes, and the handbook alone is a few hundred French sentences."""
-    pair = f"{source}-{target}"
-    if shutil.which("apertium") is None:
-        return []
     lines = [" ".join(t.split()) for t in fortune_sentences(LANGUAGES[source][1])]
-    out = subprocess.run(["apertium", pair], input="\n".join(lines), capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(["apertium", f"{source}-{target}"], input="\n".join(lines), capture_output=True, text=True, check=True).stdout
     return [line for line in out.split("\n") if not re.search(r"[*#@]", line)]
 
 
@@ -139,8 +136,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()
-    if shutil.which("espeak-ng") is None:
-        parser.error("espeak-ng is not installed (apt-get install espeak-ng)")
+    for tool, package in (("espeak-ng", "espeak-ng"), ("apertium", "apertium-fr-es")):
+        if shutil.which(tool) is None:
+            parser.error(f"{tool} is not installed (apt-get install {package})")
     args.output.mkdir(parents=True, exist_ok=True)
     rows = []
     for language in args.languages.split(","):
