@@ -8,6 +8,7 @@
 #   OUT=DIR      default benchmarks/results/distill_data_curve_cpu
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benchmarks/_shipped_recipe.sh
 speech=../shared/data/speech
 out=${OUT:-benchmarks/results/distill_data_curve_cpu}
 work=$(mktemp -d)
@@ -18,8 +19,7 @@ for language in de en es fr pt; do
   ln -s "$(realpath "$first")" "$work/tts_one_voice/"
 done
 whisper-spec distill --audio "$speech/unlabeled/librispeech-train-clean-100" "$work/tts_one_voice" \
-  --output "$work/assistant" --init-layers 0,2,5 --draft-vocab 16384 --steps 500 --threads 2 --join 5 \
-  --augment 1 --shifts 2 --balance 0.5
+  --output "$work/assistant" "${SHIPPED_RECIPE[@]}"
 whisper-spec bench "$speech/manifest.jsonl" --set fleurs_de,fleurs_es,fleurs_fr,fleurs_pt --batch-sizes 1 \
   --repeats 1 --peers none --assistant "$work/assistant" -o "$out/one_voice" -q
 cp "$work/assistant/README.md" "$out/one_voice/assistant_card.md"

@@ -10,17 +10,18 @@
 #   OUT=DIR      default benchmarks/results/distill_espeak_cpu
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benchmarks/_shipped_recipe.sh
 speech=../shared/data/speech
 out=${OUT:-benchmarks/results/distill_espeak_cpu}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+assistant=${ASSISTANT:-$work/assistant}
 mkdir -p "$out"
 python benchmarks/espeak_corpus.py --minutes 12 --output "$work/espeak"
 whisper-spec distill --audio "$speech/unlabeled/librispeech-train-clean-100" "$speech/unlabeled/tts_multilingual" \
-  "$work/espeak/manifest.jsonl" --output "${ASSISTANT:-$work/assistant}" --init-layers 0,2,5 --draft-vocab 16384 --steps 500 \
-  --threads 2 --join 5 --augment 1 --shifts 2 --balance 0.5
+  "$work/espeak/manifest.jsonl" --output "$assistant" "${SHIPPED_RECIPE[@]}"
 whisper-spec bench "$speech/manifest.jsonl" --set fleurs_de,fleurs_es,fleurs_fr,fleurs_pt --batch-sizes 1 \
-  --repeats 1 --peers none --assistant "${ASSISTANT:-$work/assistant}" -o "$out/fleurs" -q
+  --repeats 1 --peers none --assistant "$assistant" -o "$out/fleurs" -q
 whisper-spec bench "$speech/manifest.jsonl" --set librispeech --batch-sizes 1 --repeats 1 --peers none \
-  --assistant "${ASSISTANT:-$work/assistant}" -o "$out/librispeech" -q
-cp "${ASSISTANT:-$work/assistant}/README.md" "$out/assistant_card.md"
+  --assistant "$assistant" -o "$out/librispeech" -q
+cp "$assistant/README.md" "$out/assistant_card.md"
