@@ -225,14 +225,16 @@ class Example:
 
 
 def load_cache(files: list[Path], top_k: int):
-    encoder, examples, languages = [], [], []
+    encoder, examples, languages = None, [], []
     for index, file in enumerate(files):
         item = torch.load(file, weights_only=True)
         if item["examples"][0]["top_ids"].shape[1] != top_k:
             raise ValueError(f"{file}: cached with another top_k; use another --cache-dir")
-        encoder.append(item["encoder"])
+        if encoder is None:  # filled in place: a list and a stack would hold every window twice
+            encoder = torch.empty((len(files), *item["encoder"].shape), dtype=item["encoder"].dtype)
+        encoder[index] = item["encoder"]
         languages.append(item["language"])
         for ex in item["examples"]:
             examples.append(Example(index, item["language"], torch.tensor(ex["tokens"]), ex["start"], ex["top_ids"].long(),
                                      ex["top_logits"].float()))
-    return torch.stack(encoder), examples, languages
+    return encoder, examples, languages

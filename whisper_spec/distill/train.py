@@ -103,12 +103,15 @@ def _cross_kv(main: Whisper, init_layers: list[int], encoder: torch.Tensor) -> l
     with torch.inference_mode():
         for layer in init_layers:
             attention = main.decoder.blocks[layer].cross_attn
-            ks, vs = [], []
+            keys = values = None  # filled in place: lists and a concatenation would hold them twice
             for first in range(0, len(encoder), 8):
                 attention.set_cross(encoder[first : first + 8].float(), torch.float32)
-                ks.append(attention.cross_kv[0].half())
-                vs.append(attention.cross_kv[1].half())
-            out.append((torch.cat(ks), torch.cat(vs)))
+                k, v = attention.cross_kv
+                if keys is None:
+                    keys, values = (torch.empty((len(encoder), *t.shape[1:]), dtype=torch.float16) for t in (k, v))
+                keys[first : first + len(k)] = k
+                values[first : first + len(v)] = v
+            out.append((keys, values))
     return out
 
 
@@ -158,7 +161,9 @@ def distill(
     to_draft = torch.full((main.dims.n_vocab,), -1, dtype=torch.long)
     to_draft[draft_vocab] = torch.arange(len(draft_vocab))
     student = build_student(main, init_layers, draft_vocab)
+    n_windows = len(encoder)
     data = _Data(train, groups, _cross_kv(main, init_layers, encoder), to_draft, main.special.eot, options.balance)
+    del encoder  # the cross-attention states are what training reads
     train_started = time.perf_counter()
     initial, log = _train(student, data, options, output / "checkpoint.pt", resume)
 
@@ -173,7 +178,7 @@ def distill(
             "files": len(jobs),
             "joined_recordings": sum(len(r.parts) > 1 and not r.copy for r in recordings),
             "perturbed_copies": sum(bool(r.copy) for r in recordings),
-            "windows": len(encoder),
+            "windows": n_windows,
             "held_out_files": len(held),
             "held_out_ends": sum(r.held_out and r.span != (0.0, 1.0) for r in recordings),
             "languages": sorted(set(languages)),
