@@ -4,7 +4,9 @@
 # recordings (de, es, fr, pt; never trained on) at batch 1. Writes DIR/one_voice/ (bench report and
 # that assistant's card) and DIR/curve.json: training minutes and FLEURS acceptance per language,
 # one voice against two (the shipped assistant's figures from benchmarks/results/multilingual_cpu,
-# run first). The teacher cache of the shipped recipe makes the labels free.
+# run first). The teacher cache of the shipped recipe makes the labels free. Extra arguments go to
+# distill after the shipped recipe: the committed curve is the TTS-only assistant's, shipped then,
+# whose options were `--draft-vocab 16384 --steps 500` (give those to reproduce it).
 #   OUT=DIR      default benchmarks/results/distill_data_curve_cpu
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +21,7 @@ for language in de en es fr pt; do
   ln -s "$(realpath "$first")" "$work/tts_one_voice/"
 done
 whisper-spec distill --audio "$speech/unlabeled/librispeech-train-clean-100" "$work/tts_one_voice" \
-  --output "$work/assistant" "${SHIPPED_RECIPE[@]}"
+  --output "$work/assistant" "${SHIPPED_RECIPE[@]}" "$@"
 whisper-spec bench "$speech/manifest.jsonl" --set fleurs_de,fleurs_es,fleurs_fr,fleurs_pt --batch-sizes 1 \
   --repeats 1 --peers none --assistant "$work/assistant" -o "$out/one_voice" -q
 cp "$work/assistant/README.md" "$out/one_voice/assistant_card.md"

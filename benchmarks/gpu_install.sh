@@ -2,8 +2,8 @@
 # On the GPU machine: joins the pieces benchmarks/gpu_bundle.sh made (.gpu/N/bundle.tar.*), installs
 # the wheels into /tmp/site and whisper-spec from this checkout (no network), and writes /tmp/gpu_env
 # (PYTHONPATH, PATH, WHISPER_SPEC_SPEECH) for `. /tmp/gpu_env` before benchmarks/gpu.sh.
-set -euo pipefail
 #   --keep: only copy this call's pieces to /tmp/gpu_pieces (the next call's working tree drops them)
+set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p /tmp/gpu_pieces /tmp/gpu_bundle
 cp .gpu/*/bundle.tar.* /tmp/gpu_pieces/ 2>/dev/null || true

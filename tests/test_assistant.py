@@ -26,7 +26,7 @@ OTHERS = [speech("multilingual/pl/mls_1889_1447_000002.flac"), speech("multiling
     speech(r["path"]) for r in manifest() if r["set"] == "thorsten_de"
 ][:2]
 TRAINED = ("de", "en", "es", "fr", "pt")
-MIN_FLEURS_ACCEPTANCE = 0.35  # measured 0.46-0.56 on the 7 clips a language; English-only: 0.14-0.20
+MIN_FLEURS_ACCEPTANCE = 0.35  # measured 0.50-0.70 on the 7 clips a language; English-only: 0.14-0.20
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,9 @@ def test_shipped_assistant_is_small_and_shares_with_base(shipped):
     assert size < 25 * 2**20, f"{size} bytes"
     config = json.loads((path / "assistant.json").read_text())
     sources = config["training"]["training_data"]["source"].split()
-    assert sources and all("/unlabeled/" in source for source in sources)  # never the measuring sets
+    # never the measuring sets: the unlabeled audio beside the repository and speech made here only
+    measured = {r["path"].split("/")[0] for r in manifest()} - {"unlabeled"}
+    assert sources and not any(part in measured for source in sources for part in source.split("/")), sources
     assert pair.shares_encoder
     assert pair.assistant.decoder.token_embedding is pair.main.decoder.token_embedding
     assert pair.assistant.dims.n_text_layer < pair.main.dims.n_text_layer
