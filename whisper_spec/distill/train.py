@@ -161,7 +161,6 @@ def distill(
     to_draft = torch.full((main.dims.n_vocab,), -1, dtype=torch.long)
     to_draft[draft_vocab] = torch.arange(len(draft_vocab))
     student = build_student(main, init_layers, draft_vocab)
-    n_windows = len(encoder)
     data = _Data(train, groups, _cross_kv(main, init_layers, encoder), to_draft, main.special.eot, options.balance)
     del encoder  # the cross-attention states are what training reads
     train_started = time.perf_counter()
@@ -178,7 +177,7 @@ def distill(
             "files": len(jobs),
             "joined_recordings": sum(len(r.parts) > 1 and not r.copy for r in recordings),
             "perturbed_copies": sum(bool(r.copy) for r in recordings),
-            "windows": n_windows,
+            "windows": len(windows),
             "held_out_files": len(held),
             "held_out_ends": sum(r.held_out and r.span != (0.0, 1.0) for r in recordings),
             "languages": sorted(set(languages)),
