@@ -1,12 +1,15 @@
 """int8 weight-only decoder linears: error bounds, exactness under int8, pre-quantized loading; int8 encoder linears."""
 
 import json
+import os
+import shutil
 from dataclasses import replace
 
 import pytest
 import torch
 from conftest import manifest, mel_of, speech
 
+from whisper_spec import load
 from whisper_spec.cli.main import main as cli
 from whisper_spec.decoding import decode_windows
 from whisper_spec.encoding import encoder_states
@@ -19,6 +22,7 @@ from whisper_spec.quantize import (
     Int8Embedding,
     Int8Linear,
     is_aligned,
+    quantize_decoder_state,
     quantize_per_channel,
     weight_bytes,
 )
@@ -262,3 +266,35 @@ def test_cpu_encoder_is_int8_by_default_windows_encode_alike_in_any_batch_and_st
     alone_tokens, _ = decode_windows(pair, mel, DecodingOptions(speculation="on"), use_assistant=False)
     spec, stats = decode_windows(pair, mel, DecodingOptions(speculation="on"))
     assert [r.tokens for r in spec] == [r.tokens for r in alone_tokens] and stats.drafted > 0
+
+
+
+def test_a_warm_start_reads_int8_weights_from_the_cache_instead_of_quantizing(tmp_path, monkeypatch):
+    """The int8 decoder states (main model and distilled assistant) are quantized once, then read
+    back bit for bit; a changed source file is quantized again."""
+    monkeypatch.setattr(load, "cache_dir", lambda: tmp_path / "cache")
+    assistant = tmp_path / "assistant"
+    shutil.copytree(default_assistant("base"), assistant)
+    quantized = []
+
+    def counting(state):
+        quantized.append(len(state))
+        return quantize_decoder_state(state)
+
+    monkeypatch.setattr(load, "quantize_decoder_state", counting)
+
+    def states():
+        pair = load_pair("base", assistant, dtype="bfloat16", int8=True)
+        return [model.decoder.state_dict() for model in (pair.main, pair.assistant)]
+
+    cold = states()
+    assert len(quantized) == 2 and len(list((tmp_path / "cache" / "int8").glob("*.safetensors"))) == 2
+    warm = states()
+    assert len(quantized) == 2  # nothing quantized on the warm start
+    for cold_state, warm_state in zip(cold, warm):
+        assert cold_state.keys() == warm_state.keys()
+        assert all(torch.equal(cold_state[k], warm_state[k]) for k in cold_state)
+    weights = assistant / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 1_000_000_000))
+    states()
+    assert len(quantized) == 3  # the assistant's file changed: quantized again; the main model's read back

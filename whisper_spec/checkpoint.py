@@ -104,6 +104,8 @@ class Checkpoint:
             self.files = {name: None for name in self._torch}
         else:
             raise FileNotFoundError(f"{path}: no model.safetensors or pytorch_model.bin")
+        # the files the tensors are read from
+        self.sources = sorted({file for file in self.files.values() if file is not None}) or [path / "pytorch_model.bin"]
         # distil-whisper's WhisperForCausalLM and other exports differ in their top-level prefix
         self.prefix = "model." if any(k.startswith("model.decoder.") for k in self.files) else ""
 
