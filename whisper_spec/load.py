@@ -16,8 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from . import quantize
 from .checkpoint import Checkpoint, read_dims, save_safetensors, to_ours
 from .model import Decoder, Encoder, Linear, ModelDims
 from .options import DTYPES
@@ -33,7 +35,6 @@ from .pair import (
     share_main_modules,
 )
 from .quantize import (
-    INT8_FORMAT,
     QUANTIZATION_CONFIG,
     Int8Embedding,
     aligned,
@@ -100,13 +101,17 @@ def _decoder(ckpt: Checkpoint, dims: ModelDims, dtype, device, int8: bool) -> De
 
 def int8_decoder_state(float_state, sources: list[Path]) -> dict:
     """quantize_decoder_state(float_state()), kept in the cache under the identity of the source
-    files (path, size, modification time), so that a warm start reads int8 weights rather than
-    quantizing them again (0.4 s of every start for base and its assistant). A cache that cannot
-    be written only costs the next start that time."""
-    identity = [INT8_FORMAT] + [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in sources]
+    files (path, size, modification time) and of the quantizer (quantize.py's text), so that a
+    warm start reads int8 weights rather than quantizing them again (0.4 s of every start for base
+    and its assistant). A cache file that cannot be written or read only costs that time again."""
+    identity = [hashlib.sha256(Path(quantize.__file__).read_bytes()).hexdigest()]
+    identity += [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in sources]
     cached = cache_dir() / "int8" / f"{hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]}.safetensors"
     if cached.is_file():
-        return load_file(cached)
+        try:
+            return load_file(cached)
+        except (OSError, SafetensorError):
+            pass
     state = quantize_decoder_state(float_state())
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
