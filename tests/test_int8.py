@@ -21,6 +21,7 @@ from whisper_spec.quantize import (
     DynamicInt8Linear,
     Int8Embedding,
     Int8Linear,
+    dynamic_int8_weights,
     is_aligned,
     quantize_decoder_state,
     quantize_per_channel,
@@ -270,31 +271,44 @@ def test_cpu_encoder_is_int8_by_default_windows_encode_alike_in_any_batch_and_st
 
 
 def test_a_warm_start_reads_int8_weights_from_the_cache_instead_of_quantizing(tmp_path, monkeypatch):
-    """The int8 decoder states (main model and distilled assistant) are quantized once, then read
-    back bit for bit; a changed source file is quantized again."""
+    """The int8 decoder states (main model and distilled assistant) and the int8 encoder and
+    cross-attention key/value weights are quantized once, then read back bit for bit; a changed
+    source file is quantized again."""
     monkeypatch.setattr(load, "cache_dir", lambda: tmp_path / "cache")
     assistant = tmp_path / "assistant"
     shutil.copytree(default_assistant("base"), assistant)
     quantized = []
 
-    def counting(state):
-        quantized.append(len(state))
-        return quantize_decoder_state(state)
+    def counting(function):
+        def counted(*args):
+            quantized.append(function.__name__)
+            return function(*args)
+        return counted
 
-    monkeypatch.setattr(load, "quantize_decoder_state", counting)
+    monkeypatch.setattr(load, "quantize_decoder_state", counting(quantize_decoder_state))
+    monkeypatch.setattr(load, "dynamic_int8_weights", counting(dynamic_int8_weights))
+    mel = mel_of(CLIPS[:1])
 
-    def states():
+    def loaded():
         pair = load_pair("base", assistant, dtype="bfloat16", int8=True)
-        return [model.decoder.state_dict() for model in (pair.main, pair.assistant)]
+        assert isinstance(pair.main.encoder.blocks[0].mlp.fc1, DynamicInt8Linear)
+        with torch.inference_mode():
+            states = pair.main.encoder(mel)
+            pair.main.decoder.set_cross(states)
+        cross = [t.clone() for block in pair.main.decoder.blocks for t in block.cross_attn.cross_kv]
+        return [model.decoder.state_dict() for model in (pair.main, pair.assistant)], states, cross
 
-    cold = states()
-    assert len(quantized) == 2 and len(list((tmp_path / "cache" / "int8").glob("*.safetensors"))) == 2
-    warm = states()
-    assert len(quantized) == 2  # nothing quantized on the warm start
-    for cold_state, warm_state in zip(cold, warm):
+    cold = loaded()
+    assert sorted(quantized) == ["dynamic_int8_weights", "quantize_decoder_state", "quantize_decoder_state"]
+    assert len(list((tmp_path / "cache" / "int8").glob("*.safetensors"))) == 3
+    warm = loaded()
+    assert len(quantized) == 3  # nothing quantized on the warm start
+    for cold_state, warm_state in zip(cold[0], warm[0]):
         assert cold_state.keys() == warm_state.keys()
         assert all(torch.equal(cold_state[k], warm_state[k]) for k in cold_state)
+    assert torch.equal(cold[1], warm[1])  # int8 encoder
+    assert all(torch.equal(a, b) for a, b in zip(cold[2], warm[2]))  # int8 cross-attention keys and values
     weights = assistant / "model.safetensors"
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 1_000_000_000))
-    states()
-    assert len(quantized) == 3  # the assistant's file changed: quantized again; the main model's read back
+    loaded()
+    assert quantized[3:] == ["quantize_decoder_state"]  # the assistant's file changed; the main model's read back

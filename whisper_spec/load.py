@@ -39,11 +39,11 @@ from .quantize import (
     Int8Embedding,
     aligned,
     dynamic_int8_available,
+    dynamic_int8_weights,
     int8_modules,
     kernel_for,
-    quantize_cross_kv,
     quantize_decoder_state,
-    quantize_encoder,
+    quantize_dynamic_linears,
 )
 from .sources import cache_dir, default_assistant, resolve_model
 from .tokenizer import SpecialTokens, Tokenizer, read_vocabulary
@@ -96,15 +96,19 @@ def _decoder(ckpt: Checkpoint, dims: ModelDims, dtype, device, int8: bool) -> De
                 state["proj_out.weight"] = proj_out
         return state
 
-    return build_decoder(dims, int8_decoder_state(state, ckpt.sources) if int8 else state(), dtype, device)
+    if not int8:
+        return build_decoder(dims, state(), dtype, device)
+    return build_decoder(dims, cached_int8("decoder", ckpt.sources, lambda: quantize_decoder_state(state())), dtype,
+                         device)
 
 
-def int8_decoder_state(float_state, sources: list[Path]) -> dict:
-    """quantize_decoder_state(float_state()), kept in the cache under the identity of the source
-    files (path, size, modification time) and of the quantizer (quantize.py's text), so that a
-    warm start reads int8 weights rather than quantizing them again (0.4 s of every start for base
-    and its assistant). A cache file that cannot be written or read only costs that time again."""
-    identity = [hashlib.sha256(Path(quantize.__file__).read_bytes()).hexdigest()]
+def cached_int8(kind: str, sources: list[Path], quantize_now) -> dict[str, torch.Tensor]:
+    """quantize_now()'s tensors (int8 weights and their scales), kept in the cache under the
+    identity of the source files (path, size, modification time), of the quantizer (quantize.py's
+    text) and of kind, so that a warm start reads them rather than quantizing again (about 0.5 s of
+    every start for base and its assistant). A cache file that cannot be written or read only
+    costs that time again."""
+    identity = [kind, hashlib.sha256(Path(quantize.__file__).read_bytes()).hexdigest()]
     identity += [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in sources]
     cached = cache_dir() / "int8" / f"{hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]}.safetensors"
     if cached.is_file():
@@ -112,15 +116,15 @@ def int8_decoder_state(float_state, sources: list[Path]) -> dict:
             return load_file(cached)
         except (OSError, SafetensorError):
             pass
-    state = quantize_decoder_state(float_state())
+    tensors = quantize_now()
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
-        save_safetensors({k: v.contiguous() for k, v in state.items()}, partial)
+        save_safetensors({k: v.contiguous() for k, v in tensors.items()}, partial)
         partial.replace(cached)
     except OSError:
         pass
-    return state
+    return tensors
 
 
 def build_decoder(dims: ModelDims, state: dict, dtype, device) -> Decoder:
@@ -196,9 +200,11 @@ def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", 
     if int8_encoder:
         if device.type != "cpu" or not dynamic_int8_available():
             raise ValueError(f"int8 encoder linears run on CPU with torch's oneDNN engine only, not on {device}")
-        if encoder is not None:
-            quantize_encoder(encoder)
-        quantize_cross_kv(decoder)
+        # the decoder's weights (int8 or not, and their dtype) are what its key/value projections quantize from
+        kind = f"dynamic encoder={encoder is not None} int8 decoder={int8 or prequantized} {dtype}"
+        sources = [path / "model.safetensors"] if prequantized else ckpt.sources
+        quantized = cached_int8(kind, sources, lambda: dynamic_int8_weights(encoder, decoder))
+        quantize_dynamic_linears(encoder, decoder, quantized)
     generation = json.loads((path / "generation_config.json").read_text())
     heads = tuple((int(layer), int(head)) for layer, head in generation.get("alignment_heads") or ())
     return Whisper(str(spec), path, dims, special, Tokenizer(vocabulary, special), decoder, encoder, alignment_heads=heads)
@@ -237,7 +243,7 @@ def load_distilled(path: Path, main: Whisper, dtype, device, int8: bool = False)
     draft_vocab = state.pop("draft_vocab").long().to(device)
     if int8 and not any(k.endswith(".scales") for k in state):
         float_state = state
-        state = int8_decoder_state(lambda: float_state, [weights])
+        state = cached_int8("decoder", [weights], lambda: quantize_decoder_state(float_state))
     with torch.device("meta"):
         decoder = Decoder(dims)
     int8_modules(decoder, state)

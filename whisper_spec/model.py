@@ -264,7 +264,7 @@ class DecoderAttention(nn.Module):
         else:
             self.qkv = Linear(d_model, 3 * d_model)
         self.out = Linear(d_model, d_model)
-        self.window_kv: nn.Module | None = None  # kv in int8 for set_cross (quantize.quantize_cross_kv)
+        self.window_kv: nn.Module | None = None  # kv in int8 for set_cross (quantize.quantize_dynamic_linears)
         self.kv_cache: KVCache | None = None
         self.cross_kv: tuple[Tensor, Tensor] | None = None
 

@@ -194,6 +194,20 @@ def int8_modules(decoder: nn.Module, state: dict[str, Tensor]) -> None:
                                                         device="meta"))
 
 
+def quantize_dynamic(linear: nn.Module) -> tuple[Tensor, Tensor]:
+    """A DynamicInt8Linear's int8 weight and scales (per_channel_scales) for a float linear or an
+    Int8Linear (its dequantized weight), rounded as torch's quantize_per_channel rounds."""
+    weight = linear.weight.detach().float()
+    if isinstance(linear, Int8Linear):
+        weight = weight * linear.scales.float()[:, None]
+    scales = per_channel_scales(weight)
+    with warnings.catch_warnings():  # torch marks quantized tensors deprecated
+        warnings.simplefilter("ignore")
+        qweight = torch.quantize_per_channel(weight, scales.double(), torch.zeros(len(scales), dtype=torch.long),
+                                             0, torch.qint8)
+    return qweight.int_repr(), scales
+
+
 class DynamicInt8Linear(nn.Module):
     """An encoder linear in int8 on CPU: int8 weights per output channel (per_channel_scales),
     and activations quantized at each call per row (per frame), multiplied by x86's int8 GEMM
@@ -210,19 +224,17 @@ class DynamicInt8Linear(nn.Module):
     call. reduce_range keeps activations to 7 bits, as torch does on x86: without VNNI the kernel
     adds products in pairs in 16 bits, which 8-bit activations could overflow."""
 
-    def __init__(self, linear: nn.Module):
-        """From a float linear, or an Int8Linear (its dequantized weight)."""
+    def __init__(self, linear: nn.Module, quantized: tuple[Tensor, Tensor] | None = None):
+        """From a float linear, or an Int8Linear (its dequantized weight); quantized: its
+        quantize_dynamic weight and scales where already made (a cache)."""
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        weight = linear.weight.detach().float()
-        if isinstance(linear, Int8Linear):
-            weight = weight * linear.scales.float()[:, None]
         self.bias = None if linear.bias is None else linear.bias.detach().float()
-        scales = per_channel_scales(weight)
+        weight, scales = quantized if quantized is not None else quantize_dynamic(linear)
         with warnings.catch_warnings():  # torch marks quantized tensors deprecated; its CPU int8 GEMM still takes them
             warnings.simplefilter("ignore")
-            qweight = torch.quantize_per_channel(weight, scales.double(), torch.zeros(len(scales), dtype=torch.long),
-                                                 0, torch.qint8)
+            qweight = torch._make_per_channel_quantized_tensor(weight, scales.double(),
+                                                               torch.zeros(len(scales), dtype=torch.long), 0)
             # no bias in the kernel: it is added after the rows are scaled back
             self._packed = _with_engine("onednn", torch.ops.quantized.linear_prepack, qweight, None)
 
@@ -249,19 +261,31 @@ def dynamic_int8_available() -> bool:
     return "onednn" in torch.backends.quantized.supported_engines
 
 
-def quantize_encoder(encoder: nn.Module) -> None:
-    """The encoder's block linears as DynamicInt8Linear, in place (CPU; convolutions stay float)."""
-    for block in encoder.blocks:
-        for path in ENCODER_BLOCK_LINEARS:
-            _swap(block, path, DynamicInt8Linear)
+def dynamic_int8_linears(encoder: nn.Module | None, decoder: nn.Module) -> dict[str, nn.Module]:
+    """The linears that DynamicInt8Linear computes on CPU, by name: the encoder's block linears
+    (convolutions stay float) and each decoder layer's cross-attention key/value projection,
+    whose 1500 rows a window are a product like the encoder's (window_kv, beside the float or int8
+    projection, which export and training read)."""
+    linears = {} if encoder is None else {f"encoder.blocks.{i}.{path}": block.get_submodule(path)
+                                          for i, block in enumerate(encoder.blocks) for path in ENCODER_BLOCK_LINEARS}
+    linears.update({f"decoder.blocks.{i}.cross_attn.kv": block.cross_attn.kv for i, block in enumerate(decoder.blocks)})
+    return linears
 
 
-def quantize_cross_kv(decoder: nn.Module) -> None:
-    """Each decoder layer's cross-attention keys and values computed by a DynamicInt8Linear of its
-    projection (window_kv): like the encoder's linears, a product of 1500 rows a window. The
-    float or int8 projection stays in place for export and training, which read its weights."""
-    for block in decoder.blocks:
-        block.cross_attn.window_kv = DynamicInt8Linear(block.cross_attn.kv)
+def dynamic_int8_weights(encoder: nn.Module | None, decoder: nn.Module) -> dict[str, Tensor]:
+    """quantize_dynamic of every dynamic_int8_linears entry: NAME.weight and NAME.scales."""
+    return {f"{name}.{part}": tensor for name, linear in dynamic_int8_linears(encoder, decoder).items()
+            for part, tensor in zip(("weight", "scales"), quantize_dynamic(linear))}
+
+
+def quantize_dynamic_linears(encoder: nn.Module | None, decoder: nn.Module, quantized: dict[str, Tensor]) -> None:
+    """dynamic_int8_linears as DynamicInt8Linear, in place, from their dynamic_int8_weights."""
+    for name, linear in dynamic_int8_linears(encoder, decoder).items():
+        module = DynamicInt8Linear(linear, (quantized[f"{name}.weight"], quantized[f"{name}.scales"]))
+        if name.startswith("encoder."):
+            _swap(encoder, name.removeprefix("encoder."), lambda _: module)
+        else:
+            decoder.get_submodule(name.removeprefix("decoder.").removesuffix(".kv")).window_kv = module
 
 
 def weight_bytes(module: nn.Module) -> int:
