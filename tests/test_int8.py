@@ -312,3 +312,7 @@ def test_a_warm_start_reads_int8_weights_from_the_cache_instead_of_quantizing(tm
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 1_000_000_000))
     loaded()
     assert quantized[3:] == ["quantize_decoder_state"]  # the assistant's file changed; the main model's read back
+    for _ in range(load.INT8_CACHE_ENTRIES):  # newer files push out the ones used least lately
+        os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 1_000_000_000))
+        load_pair("base", assistant, dtype="bfloat16", int8=True)
+    assert len(list((tmp_path / "cache" / "int8").glob("*.safetensors"))) == load.INT8_CACHE_ENTRIES

@@ -102,26 +102,35 @@ def _decoder(ckpt: Checkpoint, dims: ModelDims, dtype, device, int8: bool) -> De
                          device)
 
 
+INT8_CACHE_ENTRIES = 8  # cached_int8 keeps the files used last, so that old models and edits do not pile up
+
+
 def cached_int8(kind: str, sources: list[Path], quantize_now) -> dict[str, torch.Tensor]:
     """quantize_now()'s tensors (int8 weights and their scales), kept in the cache under the
     identity of the source files (path, size, modification time), of the quantizer (quantize.py's
     text) and of kind, so that a warm start reads them rather than quantizing again (about 0.5 s of
     every start for base and its assistant). A cache file that cannot be written or read only
-    costs that time again."""
+    costs that time again; the INT8_CACHE_ENTRIES files used last are kept."""
     identity = [kind, hashlib.sha256(Path(quantize.__file__).read_bytes()).hexdigest()]
     identity += [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in sources]
-    cached = cache_dir() / "int8" / f"{hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]}.safetensors"
+    folder = cache_dir() / "int8"
+    cached = folder / f"{hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]}.safetensors"
     if cached.is_file():
         try:
-            return load_file(cached)
+            tensors = load_file(cached)
+            os.utime(cached)  # its modification time says when it was used last
+            return tensors
         except (OSError, SafetensorError):
             pass
     tensors = quantize_now()
     try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
         save_safetensors({k: v.contiguous() for k, v in tensors.items()}, partial)
         partial.replace(cached)
+        by_use = sorted(folder.glob("*.safetensors"), key=lambda f: f.stat().st_mtime_ns, reverse=True)
+        for stale in by_use[INT8_CACHE_ENTRIES:]:
+            stale.unlink(missing_ok=True)
     except OSError:
         pass
     return tensors
