@@ -9,6 +9,7 @@ with the main model (pair.share_main_modules).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -115,13 +116,16 @@ def cached_int8(kind: str, sources: list[Path], quantize_now) -> dict[str, torch
     identity += [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in sources]
     folder = cache_dir() / "int8"
     cached = folder / f"{hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]}.safetensors"
+    tensors = None
     if cached.is_file():
         try:
             tensors = load_file(cached)
-            os.utime(cached)  # its modification time says when it was used last
-            return tensors
         except (OSError, SafetensorError):
             pass
+    if tensors is not None:
+        with contextlib.suppress(OSError):  # its modification time says when it was used last
+            os.utime(cached)
+        return tensors
     tensors = quantize_now()
     try:
         folder.mkdir(parents=True, exist_ok=True)
