@@ -1,19 +1,19 @@
-"""Long-form speed and WER on the shared long-form set: main-only vs speculative, per batch size.
+"""Long-form speed and WER on the shared long-form set: the bench's configurations, per batch size.
 
 Runs the chunked pipeline over the shared long-form files (7 LibriSpeech test-other chapters,
-a TED excerpt, the 128 s mp3), main-only and speculative per batch size, and reports
+a TED excerpt, the 128 s mp3) in the configurations `whisper-spec bench` compares: int8 decoders
+(the CPU default) and float32 decoders, each main-only and speculative, and faster-whisper int8
+where installed (its sequential `transcribe` at batch 1, its batched pipeline above). It reports
 real-time factors, speedups, whether the transcripts are identical, and WER of the stitched
-transcripts (Whisper's English normalizer with the spelling table). The two modes alternate file
-by file (and which goes first alternates too), so a drift in the machine's speed during the run
-weighs on both alike; windows are batched within a file.
+transcripts (Whisper's English normalizer with the spelling table). The configurations take turns
+file by file (the order rotating), so a drift in the machine's speed during the run weighs on all
+alike; windows are batched within a file.
 
 Quality of the long-form output: per file, where its last segment ends against where its last
 speech does (the last 10 ms with a sample above -34 dBFS), and for the LibriSpeech chapters the
 stitched WER against the WER of the same utterances decoded one by one.
 
-    python benchmarks/longform.py --batch-sizes 1,2,4 --output benchmarks/results/longform_cpu.json
-
-Decoders as the command line loads them: int8 on CPU where that is the default (--no-int8: float32).
+    python benchmarks/longform.py --batch-sizes 1,4 --output benchmarks/results/longform_cpu.json
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from _common import SPEECH, manifest_rows, progress, write_report
 
 from whisper_spec.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.metrics import machine_info, word_error_rate
+from whisper_spec.bench.peers import load_peers
 from whisper_spec.load import default_precision, load_pair
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import decoder_precision
 from whisper_spec.pipeline import transcribe
 from whisper_spec.sources import default_assistant
 
@@ -40,10 +40,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="base")
     parser.add_argument("--assistant", default=None, help="default: the model's distilled assistant")
-    parser.add_argument("--batch-sizes", default="1,2,4")
-    parser.add_argument("--draft-tokens", type=int, default=DecodingOptions.draft_tokens)
-    parser.add_argument("--int8", action=argparse.BooleanOptionalAction, default=None,
-                        help="int8 decoder linears (default: as whisper-spec transcribe, on for cpu)")
+    parser.add_argument("--batch-sizes", default="1,4")
+    parser.add_argument("--peers", default="faster-whisper", help="faster-whisper or none")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
 
@@ -52,45 +50,68 @@ def main() -> int:
     assistant = args.assistant or default_assistant(args.model)
     if assistant is None:
         parser.error(f"{args.model} has no distilled assistant: give --assistant")
-    int8, dtype = default_precision(torch.device("cpu"), args.int8)
-    pair = load_pair(args.model, assistant, int8=int8, dtype=dtype)
-    options = DecodingOptions(language="en", draft_tokens=args.draft_tokens)
+    cpu = torch.device("cpu")
+    pairs = {}
+    for int8 in (True, False):
+        int8, dtype = default_precision(cpu, int8)
+        pairs["int8" if int8 else "float32"] = load_pair(args.model, assistant, int8=int8, dtype=dtype)
+    peers = load_peers(pairs["int8"], args.model, tuple(args.peers.split(",")), Path("."), note=print)
+    options = DecodingOptions(language="en")
     audio_seconds = sum(r["duration_s"] for r in files)
-    list(transcribe(pair, paths[:1], options, use_assistant=False))  # warm-up
+    shortest = paths[min(range(len(files)), key=lambda i: files[i]["duration_s"])]
 
-    report = {"machine": machine_info(pair.device), "model": args.model, "assistant": str(assistant),
-              "decoder_precision": decoder_precision(pair.main), "files": len(paths), "audio_seconds": audio_seconds,
-              "results": []}
+    def ours(precision: str, speculative: bool, batch: int):
+        def run(path: Path) -> tuple[str, object]:
+            (result,) = transcribe(pairs[precision], [path], options, batch_size=batch, use_assistant=speculative)
+            return result.text, result
+        return run
+
+    def peer(name: str, batch: int):
+        def run(path: Path) -> tuple[str, None]:
+            return peers[name].transcribe_long(load_audio(str(path)), batch, int8=True, language="en"), None
+        return run
+
+    report = {"machine": machine_info(cpu), "model": args.model, "assistant": str(assistant),
+              "files": len(paths), "audio_seconds": audio_seconds, "results": []}
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
-        entry = {"batch_size": batch}
-        seconds = {"main": 0.0, "speculative": 0.0}
-        texts = {"main": [], "speculative": []}
-        ends = []
-        stats = []
+        runs = {f"{mode} {precision}": ours(precision, mode == "speculative", batch)
+                for precision in pairs for mode in ("main-only", "speculative")}
+        runs.update({f"{name} int8": peer(name, batch) for name in peers})
+        for run in runs.values():
+            run(shortest)  # warm-up: first calls, faster-whisper's VAD model
+        seconds = dict.fromkeys(runs, 0.0)
+        texts = {name: [] for name in runs}
+        results = {name: [] for name in runs}
+        names = list(runs)
         for index, path in enumerate(paths):
-            modes = [("main", False), ("speculative", True)]
-            for name, use in modes if index % 2 == 0 else modes[::-1]:
+            for name in names[index % len(names):] + names[:index % len(names)]:
                 start = time.perf_counter()
-                (result,) = transcribe(pair, [path], options, batch_size=batch, use_assistant=use)
+                text, result = runs[name](path)
                 seconds[name] += time.perf_counter() - start
-                texts[name].append(result.text)
-                if use:
-                    stats.append(result.stats)
-                    ends.append(result.segments[-1].end if result.segments else 0.0)
-        drafted = sum(s.drafted for s in stats)
-        entry["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
-        for name in seconds:
-            entry[f"{name}_seconds"] = seconds[name]
-            entry[f"{name}_real_time_factor"] = seconds[name] / audio_seconds
-            labeled = [(f["text"], t) for f, t in zip(files, texts[name]) if f["text"]]
-            entry[f"{name}_wer"] = word_error_rate([a for a, _ in labeled], [b for _, b in labeled], ["en"] * len(labeled))
-        entry["speedup"] = entry["main_seconds"] / entry["speculative_seconds"]
-        entry["identical_fraction"] = sum(a == b for a, b in zip(texts["main"], texts["speculative"])) / len(paths)
-        entry["last_segment_end_minus_last_speech"] = {
-            path.name: round(end - _last_speech(path), 2) for path, end in zip(paths, ends)}
+                texts[name].append(text)
+                results[name].append(result)
+        entry = {"batch_size": batch, "configurations": {}}
+        labeled = [i for i, f in enumerate(files) if f["text"]]
+        for name in runs:
+            row = {"seconds": seconds[name], "real_time_factor": seconds[name] / audio_seconds,
+                   "wer": word_error_rate([files[i]["text"] for i in labeled], [texts[name][i] for i in labeled],
+                                          ["en"] * len(labeled))}
+            if name.startswith("speculative"):
+                stats = [r.stats for r in results[name]]
+                drafted = sum(s.drafted for s in stats)
+                row["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
+                row["last_segment_end_minus_last_speech"] = {
+                    path.name: round((r.segments[-1].end if r.segments else 0.0) - _last_speech(path), 2)
+                    for path, r in zip(paths, results[name])}
+            entry["configurations"][name] = row
+        for precision in pairs:
+            main, speculative = f"main-only {precision}", f"speculative {precision}"
+            entry[f"speedup_{precision}"] = seconds[main] / seconds[speculative]
+            entry[f"identical_fraction_{precision}"] = sum(
+                a == b for a, b in zip(texts[main], texts[speculative])) / len(paths)
         report["results"].append(entry)
         progress(entry)
-    report["seams"] = _seams(pair, options, files, texts["main"])
+    report["seams"] = _seams(pairs["int8"], options, files, texts["main-only int8"])
     return write_report(report, args.output)
 
 

@@ -269,7 +269,6 @@ def test_cpu_encoder_is_int8_by_default_windows_encode_alike_in_any_batch_and_st
     assert [r.tokens for r in spec] == [r.tokens for r in alone_tokens] and stats.drafted > 0
 
 
-
 def test_a_warm_start_reads_int8_weights_from_the_cache_instead_of_quantizing(tmp_path, monkeypatch):
     """The int8 decoder states (main model and distilled assistant) and the int8 encoder and
     cross-attention key/value weights are quantized once, then read back bit for bit; a changed

@@ -10,6 +10,7 @@ with the main model (pair.share_main_modules).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -106,13 +107,18 @@ def _decoder(ckpt: Checkpoint, dims: ModelDims, dtype, device, int8: bool) -> De
 INT8_CACHE_ENTRIES = 8  # cached_int8 keeps the files used last, so that old models and edits do not pile up
 
 
+@functools.cache
+def _quantizer_identity() -> str:
+    return hashlib.sha256(Path(quantize.__file__).read_bytes()).hexdigest()
+
+
 def cached_int8(kind: str, sources: list[Path], quantize_now) -> dict[str, torch.Tensor]:
     """quantize_now()'s tensors (int8 weights and their scales), kept in the cache under the
     identity of the source files (path, size, modification time), of the quantizer (quantize.py's
     text) and of kind, so that a warm start reads them rather than quantizing again (about 0.5 s of
     every start for base and its assistant). A cache file that cannot be written or read only
     costs that time again; the INT8_CACHE_ENTRIES files used last are kept."""
-    identity = [kind, hashlib.sha256(Path(quantize.__file__).read_bytes()).hexdigest()]
+    identity = [kind, _quantizer_identity()]
     identity += [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in sources]
     folder = cache_dir() / "int8"
     cached = folder / f"{hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]}.safetensors"

@@ -81,6 +81,9 @@ def plan_configs(pair: WhisperPair, options: BenchOptions, peers: dict) -> list[
             configs.append(Config(f"main int8 b{b}", "whisper-spec", b, int8=True))
             if pair.assistant is not None:
                 configs.append(Config(f"speculative int8 b{b}", "whisper-spec", b, speculative=True, int8=True))
+                if options.compile_drafts:
+                    configs.append(Config(f"speculative compiled int8 b{b}", "whisper-spec", b, speculative=True,
+                                          int8=True, compiled_drafts=True))
     if "transformers" in peers:
         for b in options.batch_sizes:
             configs.append(Config(f"transformers b{b}", "transformers", b))

@@ -77,6 +77,9 @@ class TransformersPeer:
         return tokens, texts
 
 
+_GREEDY = dict(beam_size=1, temperature=0.0)  # faster-whisper's settings for greedy decoding, as ours
+
+
 class FasterWhisperPeer:
     """faster-whisper (CTranslate2) on the same CTranslate2 model the main model was converted from:
     its float model (float16 on CUDA, float32 on CPU) and its int8 one. Batch 1 is its `transcribe`;
@@ -97,7 +100,7 @@ class FasterWhisperPeer:
         from faster_whisper import BatchedInferencePipeline
 
         model = self.models[int8]
-        settings = dict(task=task, beam_size=1, temperature=0.0, without_timestamps=True, vad_filter=False)
+        settings = dict(task=task, without_timestamps=True, vad_filter=False, **_GREEDY)
         tokens, texts = [], []
         for rows in batches(len(utterances), batch_size):
             if len(rows) == 1 or len({languages[i] for i in rows}) > 1:
@@ -114,6 +117,21 @@ class FasterWhisperPeer:
                 tokens.append([t for s in segments for t in s.tokens])
                 texts.append("".join(s.text for s in segments))
         return tokens, texts
+
+
+    def transcribe_long(self, audio: np.ndarray, batch_size: int, *, int8: bool, language: str) -> str:
+        """A long recording's text as faster-whisper writes it: at batch 1 its `transcribe`, window
+        after window, each not conditioned on the text before (as ours); above, its batched
+        pipeline, which cuts the recording at pauses (its VAD) and decodes the pieces together."""
+        from faster_whisper import BatchedInferencePipeline
+
+        model = self.models[int8]
+        if batch_size == 1:
+            segments, _ = model.transcribe(audio, language=language, condition_on_previous_text=False, **_GREEDY)
+        else:
+            segments, _ = BatchedInferencePipeline(model).transcribe(audio, language=language, batch_size=batch_size,
+                                                                     **_GREEDY)
+        return "".join(s.text for s in segments)
 
 
 def load_peers(pair: WhisperPair, model: str, wanted: tuple[str, ...], workdir: Path, note) -> dict:
