@@ -103,13 +103,18 @@ def test_exactness_check_fails_when_an_output_is_altered(pair, utterances, monke
 
 
 def test_compiled_drafts_are_timed_as_configurations_of_their_own(pair, utterances):
-    options = BenchOptions(batch_sizes=(1,), repeats=1, peers=(), compile_drafts=True)
-    report = run_bench(pair, utterances[:2], options, progress=False)
+    """Float32 and int8 drafts alike (the int8 decoders' step compiles around the fused int8 kernel)."""
+    options = BenchOptions(batch_sizes=(1,), repeats=1, peers=(), compile_drafts=True, int8=True)
+    report = run_bench(pair, utterances[:2], options, progress=False,
+                       int8_pair=load_pair("base", default_assistant("base"), int8=True, dtype="bfloat16"))
     by_name = {c["name"]: c for c in report["configs"]}
-    assert list(by_name) == ["main b1", "speculative b1", "speculative compiled b1"]
-    compiled = by_name["speculative compiled b1"]
-    assert compiled["compiled_drafts"] and not by_name["speculative b1"]["compiled_drafts"]
-    assert compiled["identical_fraction"] == 1.0 and compiled["acceptance"] > 0.5
+    assert list(by_name) == ["main b1", "speculative b1", "speculative compiled b1", "main int8 b1",
+                             "speculative int8 b1", "speculative compiled int8 b1"]
+    for precision in ("", " int8"):
+        compiled = by_name[f"speculative compiled{precision} b1"]
+        assert compiled["compiled_drafts"] and not by_name[f"speculative{precision} b1"]["compiled_drafts"]
+        assert compiled["int8"] == bool(precision) and compiled["identical_to"] == f"main{precision} b1"
+        assert compiled["identical_fraction"] == 1.0 and compiled["acceptance"] > 0.5
     assert report["options"]["compile_drafts"] and report["check"]["passed"]
 
 
