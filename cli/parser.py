@@ -76,7 +76,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", type=device, default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     group.add_argument("--compile-drafts", action="store_true",
                        help="on CPU, compile the assistant's draft step with torch.compile: draft steps about a third "
-                            "cheaper after a one-off compilation of tens of seconds (seconds once cached); "
+                            "cheaper after compiling for tens of seconds once, then some 9 s a process; "
                             "for long jobs, same transcripts")
     group.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
                        help="on CUDA, run every decoder step eagerly instead of replaying CUDA graphs of them")

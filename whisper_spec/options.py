@@ -47,7 +47,7 @@ class DecodingOptions:
     word_timestamps: bool = False
     cuda_graphs: bool = True  # on CUDA, replay decoder steps from CUDA graphs (same tokens, fewer launches)
     # on CPU, the assistant's draft step through torch.compile: about a third cheaper than an eager
-    # one, after a one-off compilation (tens of seconds, seconds once cached on disk); same transcripts
+    # one, after compiling (tens of seconds the first time, some 9 s a process after); same transcripts
     compile_drafts: bool = False
 
     def __post_init__(self):
