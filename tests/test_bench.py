@@ -6,11 +6,13 @@ from pathlib import Path
 
 import jiwer
 import pytest
-from conftest import SPEECH
+from conftest import SPEECH, manifest, speech
 
 import whisper_spec.bench.harness as harness
+from whisper_spec.audio import load_audio
 from whisper_spec.bench.data import load_utterances
 from whisper_spec.bench.harness import run_bench
+from whisper_spec.bench.peers import load_peers
 from whisper_spec.bench.metrics import normalize, word_error_rate
 from whisper_spec.bench.report import write_outputs
 from whisper_spec.cli.main import main as cli
@@ -100,6 +102,17 @@ def test_exactness_check_fails_when_an_output_is_altered(pair, utterances, monke
     assert not report["check"]["passed"]
     failures = " ".join(report["check"]["failures"])
     assert utterances[1].id in failures and "WER" in failures
+
+
+def test_faster_whisper_writes_a_long_recording_at_batch_1_and_4(pair):
+    """The long-form peer of benchmarks/longform.py: its sequential transcribe (batch 1) and its
+    batched pipeline, which cuts at pauses (batch 4), each write the whole recording."""
+    row = next(r for r in manifest() if r["set"] == "longform" and "TED" in r["path"])
+    peer = load_peers(pair, "base", ("faster-whisper",), Path("."), note=print)["faster-whisper"]
+    audio = load_audio(speech(row["path"]))
+    for batch in (1, 4):
+        text = peer.transcribe_long(audio, batch, int8=True, language="en")
+        assert word_error_rate([row["text"]], [text], ["en"]) < 0.15, (batch, text)
 
 
 def test_compiled_drafts_are_timed_as_configurations_of_their_own(pair, utterances):

@@ -118,7 +118,6 @@ class FasterWhisperPeer:
                 texts.append("".join(s.text for s in segments))
         return tokens, texts
 
-
     def transcribe_long(self, audio: np.ndarray, batch_size: int, *, int8: bool, language: str) -> str:
         """A long recording's text as faster-whisper writes it: at batch 1 its `transcribe`, window
         after window, each not conditioned on the text before (as ours); above, its batched
