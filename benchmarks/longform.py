@@ -13,17 +13,23 @@ Quality of the long-form output: per file, where its last segment ends against w
 speech does (the last 10 ms with a sample above -34 dBFS), and for the LibriSpeech chapters the
 stitched WER against the WER of the same utterances decoded one by one.
 
+--set fleurs: long recordings in other languages instead, each language's FLEURS clips (de, es, fr,
+pt, en) joined end to end with half a second of silence between them, in their language.
+
     python benchmarks/longform.py --batch-sizes 1,4 --output benchmarks/results/longform_cpu.json
+    python benchmarks/longform.py --set fleurs --batch-sizes 1,4 --output benchmarks/results/longform_fleurs_cpu.json
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import soundfile
 import torch
 from _common import SPEECH, manifest_rows, progress, write_report
 
@@ -42,11 +48,17 @@ def main() -> int:
     parser.add_argument("--assistant", default=None, help="default: the model's distilled assistant")
     parser.add_argument("--batch-sizes", default="1,4")
     parser.add_argument("--peers", default="faster-whisper", help="faster-whisper or none")
+    parser.add_argument("--set", dest="recordings", choices=("longform", "fleurs"), default="longform")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
 
-    files = [r for r in manifest_rows() if r["set"] in ("longform", "unlabeled_longform")]
-    paths = [SPEECH / r["path"] for r in files]
+    workdir = tempfile.TemporaryDirectory()
+    if args.recordings == "longform":
+        files = [r | {"language": "en"} for r in manifest_rows() if r["set"] in ("longform", "unlabeled_longform")]
+        paths = [SPEECH / r["path"] for r in files]
+    else:
+        files, paths = _joined_fleurs(Path(workdir.name))
+    languages = {str(path): f["language"] for path, f in zip(paths, files)}
     assistant = args.assistant or default_assistant(args.model)
     if assistant is None:
         parser.error(f"{args.model} has no distilled assistant: give --assistant")
@@ -56,23 +68,26 @@ def main() -> int:
         int8, dtype = default_precision(cpu, int8)
         pairs["int8" if int8 else "float32"] = load_pair(args.model, assistant, int8=int8, dtype=dtype)
     peers = load_peers(pairs["int8"], args.model, tuple(args.peers.split(",")), Path("."), note=print)
-    options = DecodingOptions(language="en")
+    options = DecodingOptions()
     audio_seconds = sum(r["duration_s"] for r in files)
     shortest = paths[min(range(len(files)), key=lambda i: files[i]["duration_s"])]
 
     def ours(precision: str, speculative: bool, batch: int):
         def run(path: Path) -> tuple[str, object]:
-            (result,) = transcribe(pairs[precision], [path], options, batch_size=batch, use_assistant=speculative)
+            (result,) = transcribe(pairs[precision], [path], options, batch_size=batch, languages=languages,
+                                   use_assistant=speculative)
             return result.text, result
         return run
 
     def peer(name: str, batch: int):
         def run(path: Path) -> tuple[str, None]:
-            return peers[name].transcribe_long(load_audio(str(path)), batch, int8=True, language="en"), None
+            return peers[name].transcribe_long(load_audio(str(path)), batch, int8=True,
+                                               language=languages[str(path)]), None
         return run
 
-    report = {"machine": machine_info(cpu), "model": args.model, "assistant": str(assistant),
-              "files": len(paths), "audio_seconds": audio_seconds, "results": []}
+    report = {"machine": machine_info(cpu), "model": args.model, "assistant": str(assistant), "set": args.recordings,
+              "files": len(paths), "languages": [f["language"] for f in files], "audio_seconds": audio_seconds,
+              "results": []}
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
         runs = {f"{mode} {precision}": ours(precision, mode == "speculative", batch)
                 for precision in pairs for mode in ("main-only", "speculative")}
@@ -95,7 +110,9 @@ def main() -> int:
         for name in runs:
             row = {"seconds": seconds[name], "real_time_factor": seconds[name] / audio_seconds,
                    "wer": word_error_rate([files[i]["text"] for i in labeled], [texts[name][i] for i in labeled],
-                                          ["en"] * len(labeled))}
+                                          [files[i]["language"] for i in labeled]),
+                   "wer_by_file": {paths[i].name: round(word_error_rate([files[i]["text"]], [texts[name][i]],
+                                                                        [files[i]["language"]]), 4) for i in labeled}}
             if name.startswith("speculative"):
                 stats = [r.stats for r in results[name]]
                 drafted = sum(s.drafted for s in stats)
@@ -111,8 +128,26 @@ def main() -> int:
                 a == b for a, b in zip(texts[main], texts[speculative])) / len(paths)
         report["results"].append(entry)
         progress(entry)
-    report["seams"] = _seams(pairs["int8"], options, files, texts["main-only int8"])
+    if args.recordings == "longform":
+        report["seams"] = _seams(pairs["int8"], DecodingOptions(language="en"), files, texts["main-only int8"])
     return write_report(report, args.output)
+
+
+def _joined_fleurs(folder: Path) -> tuple[list[dict], list[Path]]:
+    """Each language's FLEURS clips joined end to end, half a second of silence between them, as
+    one recording written to folder; its reference the clips' texts joined."""
+    rows = manifest_rows()
+    files, paths = [], []
+    for language in ("de", "es", "fr", "pt", "en"):
+        clips = [r for r in rows if r["set"] == f"fleurs_{language}"]
+        gap = np.zeros(SAMPLE_RATE // 2, dtype=np.float32)
+        audio = np.concatenate([part for r in clips for part in (load_audio(str(SPEECH / r["path"])), gap)])
+        path = folder / f"fleurs_{language}_joined.wav"
+        soundfile.write(path, audio, SAMPLE_RATE)
+        files.append({"language": language, "text": " ".join(r["text"] for r in clips),
+                      "duration_s": len(audio) / SAMPLE_RATE})
+        paths.append(path)
+    return files, paths
 
 
 def _last_speech(path: Path) -> float:

@@ -119,7 +119,8 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--compression-ratio-threshold", type=_optional_float,
                        default=DecodingOptions.compression_ratio_threshold, metavar="RATIO",
                        help="a text that compresses better than this (a loop) does not save a window from the "
-                            "no-speech rule; 'none': only the log-probability does (default: %(default)s)")
+                            "no-speech rule, and in long audio keeps each of its segments once; 'none': neither "
+                            "(default: %(default)s)")
     group.add_argument("--chunk-length", type=float, default=ChunkingOptions.chunk_length,
                        help="seconds per window for audio longer than one window (default: %(default)s)")
     group.add_argument("--overlap", type=float, default=ChunkingOptions.overlap,

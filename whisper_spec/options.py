@@ -38,7 +38,8 @@ class DecodingOptions:
     # log-probability (end of text included) exceeds logprob_threshold. None: never judged silent.
     # openai-whisper never keeps a greedy text whose compression ratio exceeds
     # compression_ratio_threshold (it samples again, and noise then scores low); greedy decoding
-    # here keeps it, so such a text does not save a window from the rule either
+    # here keeps it, so such a text does not save a window from the rule either (and a long file's
+    # window with such a text keeps each of its segments once: pipeline._once_each)
     no_speech_threshold: float | None = 0.6
     logprob_threshold: float | None = -1.0
     compression_ratio_threshold: float | None = 2.4

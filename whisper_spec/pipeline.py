@@ -5,8 +5,9 @@ all files go through the decoder in batches (across windows of one file and acro
 each file's windows are stitched back into one transcript: consecutive windows are aligned on
 the tokens they share in the overlap and cut in the middle of the agreeing stretch, so the words
 at a seam appear once. Segment times are on the file's own timeline. Windows judged silent (the
-no-speech rule) give no text; a file whose last window's text ends early gets its rest decoded
-again (TAIL_SECONDS); word timestamps are read from the main decoder right after each batch.
+no-speech rule) give no text, and a window whose text loops each of its segments once; a file
+whose last window's text ends early gets its rest decoded again (TAIL_SECONDS); word timestamps
+are read from the main decoder right after each batch.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from .audio import SAMPLE_RATE, AudioError, load_audio
-from .decoding import WindowResult, decode_windows
+from .decoding import WindowResult, compression_ratio, decode_windows
 from .encoding import detect_languages, pair_features
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
@@ -152,7 +153,7 @@ def transcribe(
             pending[timestamps].append(tail)
         elif all(r is not None for r in results[window.file]):
             done[window.file] = _assemble(pair, paths[window.file], files.pop(window.file),
-                                          results.pop(window.file), timestamps)
+                                          results.pop(window.file), timestamps, options.compression_ratio_threshold)
 
     def ready() -> Iterator[Transcript | Failure]:
         nonlocal next_to_yield
@@ -221,12 +222,24 @@ def _tail(pair: WhisperPair, window: _Window, result: WindowResult) -> _Window |
     return _Window(window.file, window.index + 1, window.start + offset / SAMPLE_RATE, window.audio[offset:], 0.0)
 
 
+def _once_each(segments: list[Segment]) -> list[Segment]:
+    """A looping window's segments, each text once: greedy Whisper can repeat a sentence until the
+    window ends (a hallucination, most often in a window's last seconds, more often outside
+    English); openai-whisper samples such a window again at a higher temperature, which greedy
+    decoding that must equal the main model's own cannot, so the repeats are dropped instead."""
+    seen: set[str] = set()
+    return [s for s in segments if not (s.text in seen or seen.add(s.text))]
+
+
 def _assemble(pair: WhisperPair, path: str, windows: list[_Window], results: list[WindowResult],
-              timestamps: bool) -> Transcript:
+              timestamps: bool, loop_ratio: float | None) -> Transcript:
     tokenizer = pair.main.tokenizer
-    pieces = [(w.start, w.end, [] if r.no_speech else window_segments(r.tokens, tokenizer, w.start, w.end, timestamps,
-                                                                      w.words))
-              for w, r in zip(windows, results)]
+    pieces = []
+    for w, r in zip(windows, results):
+        segments = [] if r.no_speech else window_segments(r.tokens, tokenizer, w.start, w.end, timestamps, w.words)
+        if loop_ratio is not None and compression_ratio(tokenizer.decode(r.tokens)) > loop_ratio:
+            segments = _once_each(segments)
+        pieces.append((w.start, w.end, segments))
     segments = stitch(pieces, tokenizer)
     full_text = tokenizer.decode([t for s in segments for t in s.tokens]).strip()
     languages = Counter(r.language for r in results if r.language)
