@@ -5,7 +5,7 @@ all files go through the decoder in batches (across windows of one file and acro
 each file's windows are stitched back into one transcript: consecutive windows are aligned on
 the tokens they share in the overlap and cut in the middle of the agreeing stretch, so the words
 at a seam appear once. Segment times are on the file's own timeline. Windows judged silent (the
-no-speech rule) give no text, and a window whose text loops each of its segments once; a file
+no-speech rule) give no text, and a window whose text loops keeps each of its segments once; a file
 whose last window's text ends early gets its rest decoded again (TAIL_SECONDS); word timestamps
 are read from the main decoder right after each batch.
 """
