@@ -72,6 +72,7 @@ class WindowResult:
     no_speech: bool = False  # judged silent by the no-speech rule (DecodingOptions): no text
     no_speech_prob: float | None = None  # None where the rule is off
     avg_logprob: float | None = None  # computed only where no_speech_prob passes its threshold
+    compression_ratio: float = 0.0  # of the text (compression_ratio): above its threshold, the text loops
 
 
 def _window(tokens: Tensor, start: Tensor, width: int) -> tuple[Tensor, Tensor]:
@@ -556,20 +557,19 @@ def _results(state: _State, context: _Context, languages: list[str], stats: Deco
         if row_tokens and row_tokens[-1] == eot:
             row_tokens = row_tokens[:-1]
         silent, avg_logprob = False, None
+        ratio = compression_ratio(context.main.tokenizer.decode(row_tokens))
         if no_speech_prob is not None and no_speech_prob > options.no_speech_threshold:
             if state.sums_logprobs:
                 avg_logprob = logprob_sum / (len(row_tokens) + 1)  # the end of text counts, as in openai-whisper
             silent = (avg_logprob is None or avg_logprob <= options.logprob_threshold
-                      or (options.compression_ratio_threshold is not None
-                          and compression_ratio(context.main.tokenizer.decode(row_tokens))
-                          > options.compression_ratio_threshold))
+                      or (options.compression_ratio_threshold is not None and ratio > options.compression_ratio_threshold))
         row_stats = DecodingStats(
             windows=1, drafted=drafted, accepted=accepted, generated=generated, main_forwards=forwards,
             row_forwards=forwards, assistant_forwards=drafts,
             encoder_seconds=stats.encoder_seconds / batch, decoding_seconds=stats.decoding_seconds / batch,
             drafted_by_position=by_position[0], accepted_by_position=by_position[1],
         )
-        results.append(WindowResult(row_tokens, language, hit_max, row_stats, silent, no_speech_prob, avg_logprob))
+        results.append(WindowResult(row_tokens, language, hit_max, row_stats, silent, no_speech_prob, avg_logprob, ratio))
         stats.add(replace(row_stats, windows=0, main_forwards=0, assistant_forwards=0,
                           encoder_seconds=0.0, decoding_seconds=0.0))
     return results

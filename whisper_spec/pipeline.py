@@ -20,7 +20,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from .audio import SAMPLE_RATE, AudioError, load_audio
-from .decoding import WindowResult, compression_ratio, decode_windows
+from .decoding import WindowResult, decode_windows
 from .encoding import detect_languages, pair_features
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
@@ -237,7 +237,7 @@ def _assemble(pair: WhisperPair, path: str, windows: list[_Window], results: lis
     pieces = []
     for w, r in zip(windows, results):
         segments = [] if r.no_speech else window_segments(r.tokens, tokenizer, w.start, w.end, timestamps, w.words)
-        if loop_ratio is not None and compression_ratio(tokenizer.decode(r.tokens)) > loop_ratio:
+        if loop_ratio is not None and r.compression_ratio > loop_ratio:
             segments = _once_each(segments)
         pieces.append((w.start, w.end, segments))
     segments = stitch(pieces, tokenizer)
