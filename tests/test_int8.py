@@ -18,10 +18,12 @@ from whisper_spec.options import DecodingOptions
 from whisper_spec.quantize import (
     ALIGNMENT,
     BLOCK_LINEARS,
+    KERNEL_ROW_BLOCK,
     DynamicInt8Linear,
     Int8Embedding,
     Int8Linear,
     dynamic_int8_weights,
+    int8pack_mm,
     is_aligned,
     quantize_decoder_state,
     quantize_per_channel,
@@ -148,6 +150,20 @@ def test_int8_linear_realigns_a_misaligned_weight_before_the_kernel_reads_it(off
     x = torch.randn(3, 512, dtype=torch.bfloat16)
     assert torch.equal(linear(x), reference(x))
     assert is_aligned(linear.weight) and torch.equal(linear.weight, weight)
+
+
+@torch.inference_mode()
+def test_int8_kernel_calls_of_at_most_four_rows_give_each_row_its_one_row_result():
+    """int8pack_mm splits a product of more rows into calls of KERNEL_ROW_BLOCK (a speed fix);
+    every row, in any call, is what the kernel gives that row alone, and what one call gives it."""
+    weight, scales = quantize_per_channel(torch.randn(1031, 512))
+    scales = scales.to(torch.bfloat16)
+    x = torch.randn(9, 512, dtype=torch.bfloat16)
+    alone = torch.cat([torch.ops.aten._weight_int8pack_mm(x[i : i + 1], weight, scales) for i in range(len(x))])
+    for n_rows in range(1, len(x) + 1):
+        assert torch.equal(int8pack_mm(x[:n_rows], weight, scales), alone[:n_rows])
+        assert torch.equal(torch.ops.aten._weight_int8pack_mm(x[:n_rows], weight, scales), alone[:n_rows])
+    assert KERNEL_ROW_BLOCK < len(x)
 
 
 def test_int8_pair_is_exact_and_uses_the_fused_kernel(int8_pair):
