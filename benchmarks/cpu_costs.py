@@ -8,7 +8,8 @@ one pass against window by window (with the minor page faults each takes: why
 encoding.encoder_states goes window by window on CPU), and the main decoder per step, main-only
 greedy on LibriSpeech clips, float32 and int8 (bfloat16 activations), plus the ops that take the
 step's time (torch profiler, self time per step) and their sum: a step's time beyond it is Python
-and dispatch between the ops; the output projection of each by rows in a call. And the parts of a speculative round at batch 1 (float32 and int8
+and dispatch between the ops; the output projection of each by rows in a call (int8 also through
+aten's int8-weight kernel, which it took before quantize.row_int8_mm). And the parts of a speculative round at batch 1 (float32 and int8
 main decoders + the shipped assistant): a main call scoring 1-5 positions and an assistant draft step (eager, and
 compiled as --compile-drafts does), in one-token main steps. The numbers that decide what to make
 faster next.
@@ -64,10 +65,14 @@ def _median_ms(call, repeats: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def _projection_ms_by_rows(pair, repeats: int) -> dict:
+def _projection_ms_by_rows(pair, repeats: int, int8_activations: bool = True) -> dict:
     """ms of the main decoder's output projection (51865 x 512 for base) by rows in one call: its
-    kernel's cost as verification adds rows (int8: the fused kernel; float32: oneDNN's packed one)."""
+    kernel's cost as verification adds rows (int8: quantize.row_int8_mm, or with int8_activations
+    False aten's fused int8-weight kernel on the bfloat16 rows; float32: oneDNN's packed one)."""
     projection, d_model, dtype = pair.main.decoder.proj_out, pair.main.dims.d_model, pair.main.decoder.dtype
+    if not int8_activations:
+        projection = projection.rows(torch.arange(projection.out_features))
+        projection.int8_activations = False
     with torch.inference_mode():
         return {rows: round(_median_ms(functools.partial(projection, torch.randn(rows, d_model, dtype=dtype)), repeats), 2)
                 for rows in (1, 2, 4, 5, 8, 16)}
@@ -224,7 +229,9 @@ def main() -> int:
         "cross_kv_seconds_per_window": {name: statistics.median(t) for name, t in cross_kv_times.items()},
         "encoder_batch_of_4": _batched_encoder(pairs["float32"], mels, args.repeats),
         "decoder": {name: _step_costs(pair, mels, args.top) for name, pair in pairs.items()},
-        "output_projection_ms_by_rows": {name: _projection_ms_by_rows(pair, 20 * args.repeats) for name, pair in pairs.items()},
+        "output_projection_ms_by_rows": {
+            **{name: _projection_ms_by_rows(pair, 20 * args.repeats) for name, pair in pairs.items()},
+            "int8, aten int8pack_mm": _projection_ms_by_rows(pairs["int8"], 20 * args.repeats, int8_activations=False)},
         "speculative_round_parts": {
             name: _call_costs(load_pair(args.model, **precision), mels[0], repeats=30 * args.repeats)
             for name, precision in (("float32", {}), ("int8", {"int8": True, "dtype": "bfloat16"}))},

@@ -24,9 +24,11 @@ from whisper_spec.quantize import (
     Int8Linear,
     dynamic_int8_weights,
     int8pack_mm,
+    pack_row_int8,
     is_aligned,
     quantize_decoder_state,
     quantize_per_channel,
+    row_int8_mm,
     weight_bytes,
 )
 from whisper_spec.sources import default_assistant
@@ -166,9 +168,30 @@ def test_int8_kernel_calls_of_at_most_four_rows_give_each_row_its_one_row_result
     assert KERNEL_ROW_BLOCK < len(x)
 
 
+@torch.inference_mode()
+def test_row_int8_kernel_gives_each_row_its_one_row_result_and_stays_near_float():
+    """The output projection's kernel (int8 activations per row, fixed quantization): a row's
+    result does not depend on the rows computed with it, bit for bit, unlike torch's dynamic
+    linear (its activation scale comes from the whole call), and stays within int8's error."""
+    weight = torch.randn(1031, 512)
+    quantized, scales = quantize_per_channel(weight)
+    packed = pack_row_int8(quantized, scales)
+    x = torch.randn(9, 512) * torch.logspace(-2, 2, 9)[:, None]  # rows of very different magnitudes
+    alone = torch.cat([row_int8_mm(x[i : i + 1], packed) for i in range(len(x))])
+    for n_rows in range(1, len(x) + 1):
+        assert torch.equal(row_int8_mm(x[:n_rows], packed), alone[:n_rows])
+    exact = x @ weight.T
+    assert ((alone - exact).norm(dim=1) / exact.norm(dim=1)).max() < 0.02
+    dynamic = torch.ops.quantized.linear_dynamic(x, packed, True)
+    assert not torch.equal(dynamic[:1], torch.ops.quantized.linear_dynamic(x[:1], packed, True))
+
+
 def test_int8_pair_is_exact_and_uses_the_fused_kernel(int8_pair):
     assert int8_pair.int8_kernel == "int8pack_mm"  # aten._weight_int8pack_mm runs on this CPU
+    x = torch.randn(1, 512, dtype=torch.bfloat16)
     assistant = int8_pair.assistant.decoder
+    # the output projections, the main model's and the draft vocabulary's, take int8 activations
+    assert int8_pair.main.decoder.proj_out.kernel(x) == assistant.proj_out.rows.kernel(x) == "row_int8"
     assert assistant.token_embedding is int8_pair.main.decoder.token_embedding
     assert isinstance(assistant.blocks[0].mlp.fc1, Int8Linear)
     # drafting for Polish too (the shipped assistant would leave it to the main model): the clip
@@ -197,12 +220,16 @@ def test_auto_speculation_drafts_for_an_int8_main_decoder_on_cpu_while_one_row_d
     assert single[0] == single[1] > 0
 
 
-@pytest.mark.parametrize("precision", ["int8", "bfloat16", "float32"])
+@pytest.mark.parametrize("precision", ["int8", "int8/float32", "bfloat16", "float32"])
 @torch.inference_mode()
 def test_positions_scored_together_get_the_logits_of_one_token_steps(int8_pair, base_pair, precision):
     """What makes verification exact by construction: scoring several positions in one call gives
-    each the logits a one-token step gives it, bit for bit."""
-    pair = {"int8": int8_pair, "float32": base_pair}.get(precision) or load_pair("base", None, dtype=precision)
+    each the logits a one-token step gives it, bit for bit (int8/float32: every linear row_int8)."""
+    if precision == "int8/float32":
+        pair = load_pair("base", None, dtype="float32", int8=True)
+        assert pair.int8_kernel == "row_int8"
+    else:
+        pair = {"int8": int8_pair, "float32": base_pair}.get(precision) or load_pair("base", None, dtype=precision)
     decoder = pair.main.decoder
     decoder.set_cross(pair.main.encoder(mel_of(CLIPS[:2])))
     prompt = pair.main.special.prompt("en", "transcribe", False)

@@ -39,12 +39,13 @@ from .stats import DecodingStats
 # 1.34x at 2, 1.23x at 4 in decoding seconds (78 LibriSpeech clips,
 # benchmarks/results/librispeech_one_pass_verify_cpu). int8 decoders (the CPU default) draft only
 # while one row decodes: the fused int8 kernel's cost grows with the rows of a call from four on
-# (base's output projection: 2.5 ms for 1 row, 4.2 for 4, 7.6 for 5, 14.9 for 16;
-# benchmarks/results/cpu_costs.json), so verifying a batch's rows together costs more than it saves:
+# (base's output projection then: 2.5 ms for 1 row, 4.2 for 4, 7.6 for 5, 14.9 for 16, cpu_costs.json
+# as committed in 07af8ac), so verifying a batch's rows together cost more than it saved:
 # drafting in every round, long-form at batch 4 0.91x (benchmarks/results/longform_cpu.json as
 # committed in 633ac26, run before this limit), LibriSpeech at batch 4 1.02x
 # (librispeech_int8_cross_kv_cpu), against 1.48x and 1.21x at batch 1; with this limit long-form at
-# batch 4 is 1.07x (longform_b4_int8_auto_cpu.json).
+# batch 4 is 1.07x (longform_b4_int8_auto_cpu.json). Measured before the projection took
+# quantize.row_int8_mm and the block linears calls of at most 4 rows; not measured again since.
 AUTO_MAX_ROWS: dict[tuple[str, str], int] = {("cpu", "int8"): 1}
 
 

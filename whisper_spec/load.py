@@ -163,21 +163,31 @@ def build_decoder(dims: ModelDims, state: dict, dtype, device) -> Decoder:
     return decoder
 
 
+def cpu_int8_dtype() -> str | None:
+    """The activation dtype int8 decoders run fastest with on this CPU: bfloat16 where aten's fused
+    int8-weight kernel runs (slow with float32 activations; the fastest at one row for the block
+    linears), else float32 where the row-int8 kernel does (quantize.row_int8_mm); None where neither."""
+    if kernel_for("cpu", torch.bfloat16) == "int8pack_mm":
+        return "bfloat16"
+    return "float32" if kernel_for("cpu", torch.float32) == "row_int8" else None
+
+
 def default_int8(device: torch.device) -> bool:
     """Whether decoders' linears go int8 when the command line is not told (and an assistant's when
-    load_pair is not, see assistant_precision): on CPU wherever the fused int8 kernel runs (with
-    bfloat16 activations), the fastest configuration measured there at a WER within 0.1 point of
+    load_pair is not, see assistant_precision): on CPU wherever a fast int8 kernel runs
+    (cpu_int8_dtype), the fastest configuration measured there at a WER within 0.1 point of
     float32 decoders' (README, LibriSpeech); elsewhere float, as int8 weights save GPU memory, not time."""
-    return device.type == "cpu" and kernel_for("cpu", torch.bfloat16) == "int8pack_mm"
+    return device.type == "cpu" and cpu_int8_dtype() is not None
 
 
 def default_precision(device: torch.device, int8: bool | None = None, dtype: str | None = None) -> tuple[bool, str]:
     """int8 decoders and the activation dtype as the command line loads them, where not given:
-    int8 per default_int8; float16 on CUDA, and on CPU bfloat16 with int8 decoders (the CPU int8
-    kernel is fast with bfloat16 activations, slow with float32 ones), else float32."""
+    int8 per default_int8; float16 on CUDA; on CPU cpu_int8_dtype with int8 decoders, else float32."""
     if int8 is None:
         int8 = default_int8(device)
-    return int8, dtype or ("float16" if device.type == "cuda" else ("bfloat16" if int8 else "float32"))
+    if device.type == "cuda":
+        return int8, dtype or "float16"
+    return int8, dtype or ((cpu_int8_dtype() or "bfloat16") if int8 else "float32")
 
 
 def default_int8_encoder(device: torch.device) -> bool:

@@ -183,6 +183,7 @@ def output_rows(decoder: Decoder, token_ids: torch.Tensor, int8: bool = False,
         rows = Int8Linear(decoder.dims.d_model, len(token_ids), bias=False, device="meta")
         weight, scales = quantize_per_channel(output_weight(decoder)[token_ids])
         rows.weight, rows.scales = weight, scales.to(device=weight.device, dtype=scales_dtype)
+        rows.int8_activations = True
         return rows
     return Linear.of(output_weight(decoder)[token_ids])
 

@@ -7,7 +7,9 @@ linears (self- and cross-attention, feed-forward, and the tied embedding / outpu
 int8 halves those bytes against float16. The matmul is fused: `aten._weight_int8pack_mm` reads
 the int8 weight and applies the scales inside the kernel. Where that kernel does not run, a
 torch.compile-fused dequantize-matmul is used, and only where compilation is unavailable too a
-plain dequantize-then-matmul; `kernel_for` reports which.
+plain dequantize-then-matmul; `kernel_for` reports which. On CPU the output projection (and an
+assistant's draft-vocabulary rows of it) quantizes its activations too, per row (`row_int8_mm`),
+and float32 activations take that kernel everywhere.
 
 Weights are quantized before they reach the device (or come int8 from a pre-quantized
 directory), and the modules are built on the meta device and assigned, so no float decoder
@@ -76,7 +78,8 @@ _KERNELS: dict[tuple[str, torch.dtype], str] = {}  # kernel_for's answers
 
 
 def kernel_for(device_type: str, dtype: torch.dtype) -> str:
-    """The fastest int8 matmul that runs here: 'int8pack_mm', 'compiled' or 'dequantize'.
+    """The fastest int8 matmul that runs here: 'row_int8' (float32 on CPU, see row_int8_mm),
+    'int8pack_mm', 'compiled' or 'dequantize'.
 
     Probed once per device type and dtype, outside any compiled code: a compiled caller (the
     compiled draft step) reads the answer as a constant (a functools.cache would be traced through,
@@ -93,6 +96,12 @@ def _probe_kernel(device_type: str, dtype: torch.dtype) -> str:
     device = torch.device(device_type)
     x = torch.randn(2, 64, dtype=dtype, device=device)
     weight, scales = quantize_per_channel(torch.randn(33, 64))
+    if device_type == "cpu" and dtype == torch.float32 and ROW_INT8_ENGINE in torch.backends.quantized.supported_engines:
+        try:
+            row_int8_mm(x, pack_row_int8(weight, scales))
+            return "row_int8"
+        except (RuntimeError, NotImplementedError, AttributeError):
+            pass
     try:
         torch.ops.aten._weight_int8pack_mm(x, weight.to(device), scales.to(device=device, dtype=dtype))
         return "int8pack_mm"
@@ -122,6 +131,36 @@ def int8pack_mm(x: Tensor, weight: Tensor, scales: Tensor) -> Tensor:
                       for rows in x.split(KERNEL_ROW_BLOCK)])
 
 
+# CPU decoders' int8 activations: each row is divided by its largest magnitude, then quantized with one
+# fixed scale and zero point (q = round(63 x) + 64, 1..127: 7 bits, so that without VNNI the kernel's
+# 16-bit sums of product pairs cannot overflow), its product with the int8 weight summed exactly in
+# int32 by fbgemm, and multiplied back. torch's dynamic linear takes the scale from the range of the
+# whole call instead, which would make a row's result depend on the rows beside it; with a fixed
+# one every row of any call is what it would be alone, bit for bit (exact integer sums, then the
+# same float arithmetic per element), so verification stays exact. It is what the output projection
+# runs on CPU, whatever the activation dtype: there it is faster than aten's int8-weight kernel at one
+# row and several times faster at five (cpu_costs.json, output_projection_ms_by_rows); for the
+# block linears at one row it is not faster than that kernel on bfloat16 rows, the CPU default.
+ROW_INT8_SCALE, ROW_INT8_ZERO_POINT = 1 / 63, 64
+ROW_INT8_ENGINE = "x86"  # fbgemm's kernels, chosen where the weight is packed
+
+
+def pack_row_int8(weight: Tensor, scales: Tensor):
+    """An int8 weight (per output channel, weight * scales[:, None]) packed for row_int8_mm."""
+    with warnings.catch_warnings():  # torch marks quantized tensors deprecated; its CPU int8 GEMM still takes them
+        warnings.simplefilter("ignore")
+        qweight = torch._make_per_channel_quantized_tensor(weight.cpu(), scales.double().cpu(),
+                                                           torch.zeros(len(scales), dtype=torch.long), 0)
+        return _with_engine(ROW_INT8_ENGINE, torch.ops.quantized.linear_prepack, qweight, None)
+
+
+def row_int8_mm(x: Tensor, packed) -> Tensor:
+    """x @ weight.T for float32 rows x, with int8 activations per row (see ROW_INT8_SCALE)."""
+    row_max = torch.linalg.vector_norm(x, float("inf"), dim=-1, keepdim=True).clamp_(min=1e-30)
+    return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+        x / row_max, ROW_INT8_SCALE, ROW_INT8_ZERO_POINT, packed).mul_(row_max)
+
+
 def _dequantize_mm(x: Tensor, weight: Tensor, scales: Tensor) -> Tensor:
     return F.linear(x, weight.to(x.dtype)) * scales
 
@@ -142,13 +181,30 @@ class Int8Linear(nn.Module):
         self.register_buffer("weight", torch.empty(out_features, in_features, dtype=torch.int8, device=device))
         self.register_buffer("scales", torch.empty(out_features, device=device))
         self.register_buffer("bias", torch.empty(out_features, device=device) if bias else None)
+        # int8 activations whatever x's dtype, where row_int8_mm runs: set for the output projection,
+        # where that kernel is the fastest at any row count (see ROW_INT8_SCALE)
+        self.int8_activations = False
+        self.row_packed = None  # the weight packed for row_int8_mm, made at its first use
+
+    def kernel(self, x: Tensor) -> str:
+        """Which int8 matmul forward runs for x. A compiled draft step (torch.compile traces no packed
+        fbgemm weight) takes the kernel of x's dtype: its drafts may then differ in the last bits,
+        which only proposals may."""
+        if (self.int8_activations and not torch.compiler.is_compiling()
+                and kernel_for(x.device.type, torch.float32) == "row_int8"):
+            return "row_int8"
+        return kernel_for(x.device.type, x.dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x = x.reshape(-1, self.in_features)
+        kernel = self.kernel(x)
         scales = cast(self.scales, x.dtype)
-        kernel = kernel_for(x.device.type, x.dtype)
-        if kernel == "int8pack_mm":
+        if kernel == "row_int8":
+            if self.row_packed is None:
+                self.row_packed = pack_row_int8(self.weight, self.scales)
+            y = row_int8_mm(cast(x, torch.float32), self.row_packed)
+        elif kernel == "int8pack_mm":
             if not torch.compiler.is_compiling() and not is_aligned(self.weight):
                 self.weight = aligned(self.weight)
             y = int8pack_mm(x.contiguous(), self.weight, scales)
@@ -173,6 +229,7 @@ class Int8Linear(nn.Module):
         """The projection onto some output channels only (a draft vocabulary)."""
         rows = Int8Linear(self.in_features, len(token_ids), bias=False, device="meta")
         rows.weight, rows.scales = self.weight[token_ids], self.scales[token_ids]
+        rows.int8_activations = self.int8_activations
         return rows
 
 
@@ -190,6 +247,7 @@ class Int8Embedding(Int8Linear):
         """The output projection tied to this table: the same int8 storage, not a copy."""
         projection = Int8Linear(self.in_features, self.out_features, bias=False, device="meta")
         projection.weight, projection.scales = self.weight, self.scales
+        projection.int8_activations = True
         return projection
 
 
