@@ -18,6 +18,7 @@ pt, en) joined end to end with half a second of silence between them, in their l
 
     python benchmarks/longform.py --batch-sizes 1,4 --output benchmarks/results/longform_cpu.json
     python benchmarks/longform.py --set fleurs --batch-sizes 1,4 --output benchmarks/results/longform_fleurs_cpu.json
+    python benchmarks/longform.py --batch-sizes 4 --speculation on --peers none --output benchmarks/results/longform_b4_on_cpu.json
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ def main() -> int:
     parser.add_argument("--batch-sizes", default="1,4")
     parser.add_argument("--peers", default="faster-whisper", help="faster-whisper or none")
     parser.add_argument("--set", dest="recordings", choices=("longform", "fleurs"), default="longform")
+    parser.add_argument("--speculation", choices=("auto", "on"), default="auto",
+                        help="when speculative configurations draft (DecodingOptions.speculation)")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
 
@@ -68,7 +71,7 @@ def main() -> int:
         int8, dtype = default_precision(cpu, int8)
         pairs["int8" if int8 else "float32"] = load_pair(args.model, assistant, int8=int8, dtype=dtype)
     peers = load_peers(pairs["int8"], args.model, tuple(args.peers.split(",")), Path("."), note=print)
-    options = DecodingOptions()
+    options = DecodingOptions(speculation=args.speculation)
     audio_seconds = sum(r["duration_s"] for r in files)
     shortest = paths[min(range(len(files)), key=lambda i: files[i]["duration_s"])]
 
@@ -86,6 +89,7 @@ def main() -> int:
         return run
 
     report = {"machine": machine_info(cpu), "model": args.model, "assistant": str(assistant), "set": args.recordings,
+              "speculation": args.speculation,
               "files": len(paths), "languages": [f["language"] for f in files], "audio_seconds": audio_seconds,
               "results": []}
     for batch in [int(b) for b in args.batch_sizes.split(",")]:

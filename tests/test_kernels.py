@@ -33,7 +33,8 @@ padding = model.query_rows_for_row_invariance()
 for query_rows in (padding, None):
     model.query_rows_for_row_invariance = lambda: query_rows
     for name, dtype, weights in (("float32", torch.float32, state), ("bfloat16", torch.bfloat16, state),
-                                 ("int8", torch.bfloat16, quantize_decoder_state(state))):
+                                 ("int8", torch.bfloat16, quantize_decoder_state(state)),
+                                 ("int8/float32", torch.float32, quantize_decoder_state(state))):
         decoder = build_decoder(dims, dict(weights), dtype, "cpu")
         with torch.inference_mode():
             decoder.set_cross(encoder_states)

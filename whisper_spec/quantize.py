@@ -116,10 +116,10 @@ def _probe_kernel(device_type: str, dtype: torch.dtype) -> str:
 
 # ATen's fused int8 kernel computes blocks of 4 rows and shares them among threads block-row first,
 # so from 5 rows on one thread gets the first 4 rows' whole product while another does the rest:
-# a verification pass's 5 rows took twice the time of 4 (base's output projection, 2 threads,
-# AVX2: 5.7 against 2.9 ms, one row 1.7). Called with at most 4 rows at a time, every call shares
-# out the output channels instead (4.5 ms for those 5 rows). Each row's result is the same either
-# way: the kernel computes a row alike in any block (decoding's exactness rests on it already).
+# base's output projection took longer for 5 rows than for 8 (7.56 against 6.59 ms, 4.24 for 4;
+# cpu_costs.json as committed in 07af8ac). Called with at most 4 rows at a time, every call shares out
+# the output channels instead. Each row's result is the same either way: the kernel computes a row
+# alike in any block (decoding's exactness rests on it already).
 KERNEL_ROW_BLOCK = 4
 
 
