@@ -558,7 +558,8 @@ def _results(state: _State, context: _Context, languages: list[str], stats: Deco
         if row_tokens and row_tokens[-1] == eot:
             row_tokens = row_tokens[:-1]
         silent, avg_logprob = False, None
-        ratio = compression_ratio(context.main.tokenizer.decode(row_tokens))
+        tokenizer = context.main.tokenizer  # None for a model without a vocabulary (machinery tests)
+        ratio = compression_ratio(tokenizer.decode(row_tokens)) if tokenizer is not None else 0.0
         if no_speech_prob is not None and no_speech_prob > options.no_speech_threshold:
             if state.sums_logprobs:
                 avg_logprob = logprob_sum / (len(row_tokens) + 1)  # the end of text counts, as in openai-whisper
