@@ -72,7 +72,9 @@ def test_every_int8_layer_stays_close_to_its_float_layer(base_pair, int8_pair, d
     assert _relative_error(int8_decoder.token_embedding(tokens), float_decoder.token_embedding(tokens)) < 0.02
     x = torch.randn(4, 512)
     logits = torch.nn.functional.linear(x, float_decoder.token_embedding.weight)
-    assert _relative_error(int8_decoder.proj_out(x.to(dtype)), logits) < 0.02
+    # the output projection quantizes its activations too on CPU (7 bits a row, quantize.row_int8_mm):
+    # about 2.7% on these Gaussian rows; its WER cost is measured in the README (int8 decoder linears)
+    assert _relative_error(int8_decoder.proj_out(x.to(dtype)), logits) < 0.035
 
 
 @torch.inference_mode()
