@@ -66,8 +66,10 @@ def test_every_int8_layer_stays_close_to_its_float_layer(base_pair, int8_pair, d
             assert isinstance(approx, Int8Linear) and approx.weight.dtype == torch.int8
             x = torch.randn(8, exact.in_features)
             error = _relative_error(approx(x.to(dtype)), exact(x))
-            # per-channel int8 of these weights: ~0.5-1% (bfloat16 activations add ~0.3%)
-            assert error < 0.02, f"blocks.{i}.{name}: {error:.4f}"
+            # per-channel int8 of these weights: ~0.5-1% (bfloat16 activations add ~0.3%); float32 rows
+            # take quantize.row_int8_mm, whose 7-bit activations add about 1% on these Gaussian rows
+            bound = 0.035 if dtype == torch.float32 else 0.02
+            assert error < bound, f"blocks.{i}.{name}: {error:.4f}"
     tokens = torch.randint(0, 51865, (4, 16))
     assert _relative_error(int8_decoder.token_embedding(tokens), float_decoder.token_embedding(tokens)) < 0.02
     x = torch.randn(4, 512)
