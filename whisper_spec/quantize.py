@@ -145,13 +145,19 @@ ROW_INT8_SCALE, ROW_INT8_ZERO_POINT = 1 / 63, 64
 ROW_INT8_ENGINE = "x86"  # fbgemm's kernels, chosen where the weight is packed
 
 
-def pack_row_int8(weight: Tensor, scales: Tensor):
-    """An int8 weight (per output channel, weight * scales[:, None]) packed for row_int8_mm."""
+def pack_int8(weight: Tensor, scales: Tensor, engine: str):
+    """An int8 weight (per output channel, weight * scales[:, None]) packed for torch's CPU int8 GEMM
+    of that quantized engine, with no bias (added after the kernel)."""
     with warnings.catch_warnings():  # torch marks quantized tensors deprecated; its CPU int8 GEMM still takes them
         warnings.simplefilter("ignore")
         qweight = torch._make_per_channel_quantized_tensor(weight.cpu(), scales.double().cpu(),
                                                            torch.zeros(len(scales), dtype=torch.long), 0)
-        return _with_engine(ROW_INT8_ENGINE, torch.ops.quantized.linear_prepack, qweight, None)
+        return _with_engine(engine, torch.ops.quantized.linear_prepack, qweight, None)
+
+
+def pack_row_int8(weight: Tensor, scales: Tensor):
+    """An int8 weight packed for row_int8_mm."""
+    return pack_int8(weight, scales, ROW_INT8_ENGINE)
 
 
 def row_int8_mm(x: Tensor, packed) -> Tensor:
@@ -306,12 +312,8 @@ class DynamicInt8Linear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.bias = None if linear.bias is None else linear.bias.detach().float()
         weight, scales = quantized if quantized is not None else quantize_dynamic(linear)
-        with warnings.catch_warnings():  # torch marks quantized tensors deprecated; its CPU int8 GEMM still takes them
-            warnings.simplefilter("ignore")
-            qweight = torch._make_per_channel_quantized_tensor(weight, scales.double(),
-                                                               torch.zeros(len(scales), dtype=torch.long), 0)
-            # no bias in the kernel: it is added after the rows are scaled back
-            self._packed = _with_engine("onednn", torch.ops.quantized.linear_prepack, qweight, None)
+        # no bias in the kernel: it is added after the rows are scaled back
+        self._packed = pack_int8(weight, scales, "onednn")
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() == 3 and len(x) > 1:  # one call a window, so that no window's result depends on the batch
