@@ -82,10 +82,10 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="on CUDA, run every decoder step eagerly instead of replaying CUDA graphs of them")
     group.add_argument("--dtype", choices=DTYPES, default=None,
                        help="weight and activation dtype (default: float16 on cuda, float32 on cpu; "
-                            "bfloat16 on cpu with int8 decoders)")
+                            "on cpu an int8 assistant drafts in bfloat16)")
     group.add_argument("--int8", action=argparse.BooleanOptionalAction, default=None,
-                       help="int8 weight-only decoder linears for main model and assistant (default: on for cpu "
-                            "where torch's fused int8 kernel runs, off elsewhere; bench: int8 configurations "
+                       help="int8 decoder linears for main model and assistant (default: on for cpu "
+                            "where torch's int8 kernels run, off elsewhere; bench: int8 configurations "
                             "beside the float ones)")
     group.add_argument("--int8-encoder", action=argparse.BooleanOptionalAction, default=None,
                        help="int8 encoder linears, weights and activations per frame (default: on for cpu, "

@@ -108,18 +108,19 @@ def test_int8_encoder_is_left_to_the_loader_unless_a_flag_says(tmp_path):
 
 
 def test_int8_decoders_are_the_cpu_default_unless_a_flag_says():
-    """No flag: int8 decoders with bfloat16 activations on CPU wherever the fused kernel runs
-    (load.default_int8: the fastest configuration measured there); --no-int8: float32 decoders;
-    bench: int8 configurations beside the float ones by the same rule."""
+    """No flag: int8 decoders on CPU wherever a fast int8 kernel runs, with the activation dtype
+    that kernel takes (load.cpu_int8_dtype: float32 where the row-int8 kernel runs); --no-int8:
+    float32 decoders; bench: int8 configurations beside the float ones by the same rule."""
     import torch
 
     from whisper_spec.cli.main import pair_args
     from whisper_spec.cli.parser import build_parser
-    from whisper_spec.load import default_int8
+    from whisper_spec.load import cpu_int8_dtype, default_int8
 
     default = default_int8(torch.device("cpu"))
-    for flags, int8, dtype in (([], default, "bfloat16" if default else "float32"), (["--int8"], True, "bfloat16"),
-                               (["--no-int8"], False, "float32"), (["--int8", "--dtype", "float32"], True, "float32")):
+    int8_dtype = cpu_int8_dtype() or "bfloat16"
+    for flags, int8, dtype in (([], default, int8_dtype if default else "float32"), (["--int8"], True, int8_dtype),
+                               (["--no-int8"], False, "float32"), (["--int8", "--dtype", "bfloat16"], True, "bfloat16")):
         args = build_parser().parse_args(["transcribe", "x", "--device", "cpu", *flags])
         assert (pair_args(args)["int8"], pair_args(args)["dtype"]) == (int8, dtype)
 

@@ -43,6 +43,13 @@ def int8_pair():
     return load_pair("base", default_assistant("base"), dtype="bfloat16", int8=True)
 
 
+@pytest.fixture(scope="module")
+def default_int8_pair():
+    """The command line's CPU default: int8 decoders, the main model's on float32 rows (every linear
+    row-int8), the assistant's on bfloat16 rows (aten's fused kernel, faster at one row)."""
+    return load_pair("base", default_assistant("base"), int8=True)
+
+
 def _relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
     return float((approx.float() - exact.float()).norm() / exact.float().norm())
 
@@ -190,17 +197,22 @@ def test_row_int8_kernel_gives_each_row_its_one_row_result_and_stays_near_float(
     assert not torch.equal(dynamic[:1], torch.ops.quantized.linear_dynamic(x[:1], packed, True))
 
 
-def test_int8_pair_is_exact_and_uses_the_fused_kernel(int8_pair):
-    assert int8_pair.int8_kernel == "int8pack_mm"  # aten._weight_int8pack_mm runs on this CPU
-    x = torch.randn(1, 512, dtype=torch.bfloat16)
-    assistant = int8_pair.assistant.decoder
-    # the output projections, the main model's and the draft vocabulary's, take int8 activations
-    assert int8_pair.main.decoder.proj_out.kernel(x) == assistant.proj_out.rows.kernel(x) == "row_int8"
-    assert assistant.token_embedding is int8_pair.main.decoder.token_embedding
-    assert isinstance(assistant.blocks[0].mlp.fc1, Int8Linear)
+@pytest.mark.parametrize("precision", ["int8/float32", "int8/bfloat16"])
+def test_int8_pairs_are_exact_on_their_kernels(request, precision):
+    pair = request.getfixturevalue("default_int8_pair" if precision == "int8/float32" else "int8_pair")
+    main, assistant = pair.main.decoder, pair.assistant.decoder
+    rows = torch.randn(1, 512, dtype=main.dtype)
+    assert main.blocks[0].mlp.fc1.kernel(rows) == pair.int8_kernel == {"int8/float32": "row_int8",
+                                                                      "int8/bfloat16": "int8pack_mm"}[precision]
+    # the output projections, the main model's and the draft vocabulary's, take int8 activations;
+    # the assistant's one-row steps run aten's fused kernel on bfloat16 rows in both pairs
+    draft_rows = torch.randn(1, 512, dtype=assistant.dtype)
+    assert main.proj_out.kernel(rows) == assistant.proj_out.rows.kernel(draft_rows) == "row_int8"
+    assert assistant.dtype == torch.bfloat16 and assistant.blocks[0].mlp.fc1.kernel(draft_rows) == "int8pack_mm"
+    assert assistant.token_embedding is main.token_embedding
     # drafting for Polish too (the shipped assistant would leave it to the main model): the clip
     # on which bfloat16 verification once diverged
-    everywhere = replace(int8_pair, assistant=replace(int8_pair.assistant, draft_languages=None))
+    everywhere = replace(pair, assistant=replace(pair.assistant, draft_languages=None))
     for batch_size in (1, 4):
         for first in range(0, len(CLIPS), batch_size):
             mel = mel_of(CLIPS[first : first + batch_size])
@@ -211,29 +223,24 @@ def test_int8_pair_is_exact_and_uses_the_fused_kernel(int8_pair):
                 assert stats.drafted > 0
 
 
-def test_auto_speculation_drafts_for_an_int8_main_decoder_on_cpu_while_one_row_decodes(int8_pair):
-    """As measured to pay there (decoding.AUTO_MAX_ROWS): auto drafts as on does for a single row,
-    and at batch 2 only once one row is left; every mode gives the int8 main model's tokens."""
+def test_auto_speculation_drafts_in_every_round_for_the_default_int8_pair_on_cpu(default_int8_pair):
+    """As measured to pay there (decoding.AUTO_MAX_ROWS lists no CPU pair): auto drafts as on does,
+    at batch 2 as for a single row; every mode gives the int8 main model's tokens."""
     mel = mel_of(CLIPS[:2])
-    alone, _ = decode_windows(int8_pair, mel, DecodingOptions(), use_assistant=False)
-    auto, auto_stats = decode_windows(int8_pair, mel, DecodingOptions())
-    on, on_stats = decode_windows(int8_pair, mel, DecodingOptions(speculation="on"))
-    assert 0 < auto_stats.drafted < on_stats.drafted
+    alone, _ = decode_windows(default_int8_pair, mel, DecodingOptions(), use_assistant=False)
+    auto, auto_stats = decode_windows(default_int8_pair, mel, DecodingOptions())
+    on, on_stats = decode_windows(default_int8_pair, mel, DecodingOptions(speculation="on"))
+    assert auto_stats.drafted == on_stats.drafted > 0
     assert [r.tokens for r in on] == [r.tokens for r in auto] == [r.tokens for r in alone]
-    single = [decode_windows(int8_pair, mel[:1], DecodingOptions(speculation=mode))[1].drafted for mode in ("auto", "on")]
-    assert single[0] == single[1] > 0
 
 
-@pytest.mark.parametrize("precision", ["int8", "int8/float32", "bfloat16", "float32"])
+@pytest.mark.parametrize("precision", ["int8/float32", "int8/bfloat16", "bfloat16", "float32"])
 @torch.inference_mode()
-def test_positions_scored_together_get_the_logits_of_one_token_steps(int8_pair, base_pair, precision):
+def test_positions_scored_together_get_the_logits_of_one_token_steps(request, base_pair, precision):
     """What makes verification exact by construction: scoring several positions in one call gives
     each the logits a one-token step gives it, bit for bit (int8/float32: every linear row_int8)."""
-    if precision == "int8/float32":
-        pair = load_pair("base", None, dtype="float32", int8=True)
-        assert pair.int8_kernel == "row_int8"
-    else:
-        pair = {"int8": int8_pair, "float32": base_pair}.get(precision) or load_pair("base", None, dtype=precision)
+    fixtures = {"int8/float32": "default_int8_pair", "int8/bfloat16": "int8_pair", "float32": "base_pair"}
+    pair = request.getfixturevalue(fixtures[precision]) if precision in fixtures else load_pair("base", None, dtype=precision)
     decoder = pair.main.decoder
     decoder.set_cross(pair.main.encoder(mel_of(CLIPS[:2])))
     prompt = pair.main.special.prompt("en", "transcribe", False)
@@ -280,7 +287,7 @@ def test_prequantized_directories_build_no_float_decoder_weights(tmp_path, int8_
 def test_transcribe_with_int8_flag(capsys):
     assert cli(["transcribe", str(CLIPS[0]), "--int8", "--language", "en"]) == 0
     captured = capsys.readouterr()
-    assert "kernel: int8pack_mm" in captured.err
+    assert "kernel: row_int8" in captured.err  # float32 rows where fbgemm runs (load.cpu_int8_dtype)
     assert len(captured.out.split()) > 3
 
 

@@ -33,20 +33,17 @@ from .rules import LogitRules
 from .stats import DecodingStats
 
 # speculation="auto": the most rows decoding at once for which a round drafts, by device and main
-# decoder precision ("float" or "int8"); a pair not listed always drafts. On CPU float32 decoders
-# draft in every round: a verification pass scores a round's positions in one product
-# (model.query_rows_for_row_invariance), and speculative decoding over main-only is 1.43x at batch 1,
-# 1.34x at 2, 1.23x at 4 in decoding seconds (78 LibriSpeech clips,
-# benchmarks/results/librispeech_one_pass_verify_cpu). int8 decoders (the CPU default) draft only
-# while one row decodes: the fused int8 kernel's cost grows with the rows of a call from four on
-# (base's output projection then: 2.5 ms for 1 row, 4.2 for 4, 7.6 for 5, 14.9 for 16, cpu_costs.json
-# as committed in 07af8ac), so verifying a batch's rows together cost more than it saved:
-# drafting in every round, long-form at batch 4 0.91x (benchmarks/results/longform_cpu.json as
-# committed in 633ac26, run before this limit), LibriSpeech at batch 4 1.02x
-# (librispeech_int8_cross_kv_cpu), against 1.48x and 1.21x at batch 1; with this limit long-form at
-# batch 4 is 1.07x (longform_b4_int8_auto_cpu.json). Measured before the projection took
-# quantize.row_int8_mm and the block linears calls of at most 4 rows; not measured again since.
-AUTO_MAX_ROWS: dict[tuple[str, str], int] = {("cpu", "int8"): 1}
+# decoder precision ("float" or "int8"); a pair not listed always drafts. None is listed: drafting
+# in every round is measured to pay everywhere. On CPU a verification pass scores a round's positions
+# in one product whose cost barely grows with its rows (model.query_rows_for_row_invariance, and for
+# int8 decoders quantize.row_int8_mm): in decoding seconds over main-only, on 78 LibriSpeech clips,
+# int8 decoders 1.39x at batch 1 (librispeech_row_int8_blocks_cpu), 1.29x at 2 and 1.23x at 4
+# (librispeech_rows_on_row_int8_blocks_cpu), float32 ones 1.60x, 1.51x and 1.31x. int8 decoders on
+# aten's fused kernel (bfloat16 rows, their CPU default before) were listed with one row: that
+# kernel's cost grows with the rows of a call, and drafting in every round lost on long-form at
+# batch 4 (0.91x, longform_cpu.json as committed in 633ac26). On CUDA 1.7x at batch 1 and 4
+# (gpu_h100/librispeech).
+AUTO_MAX_ROWS: dict[tuple[str, str], int] = {}
 
 
 def auto_max_rows(main: Whisper) -> int | None:

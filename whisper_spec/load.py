@@ -164,19 +164,22 @@ def build_decoder(dims: ModelDims, state: dict, dtype, device) -> Decoder:
 
 
 def cpu_int8_dtype() -> str | None:
-    """The activation dtype int8 decoders run fastest with on this CPU: bfloat16 where aten's fused
-    int8-weight kernel runs (slow with float32 activations; the fastest at one row for the block
-    linears), else float32 where the row-int8 kernel does (quantize.row_int8_mm); None where neither."""
-    if kernel_for("cpu", torch.bfloat16) == "int8pack_mm":
-        return "bfloat16"
-    return "float32" if kernel_for("cpu", torch.float32) == "row_int8" else None
+    """The activation dtype int8 decoders run fastest with on this CPU: float32 where the row-int8
+    kernel runs (quantize.row_int8_mm: every int8 linear then takes it, and a verification pass of
+    five positions costs about one step), else bfloat16 where aten's fused int8-weight kernel does;
+    None where neither. Against bfloat16 rows on aten's kernel (the default before), measured on the
+    78 LibriSpeech clips in README's int8 section: main-only steps 3% slower, speculative decoding 8%
+    faster."""
+    if kernel_for("cpu", torch.float32) == "row_int8":
+        return "float32"
+    return "bfloat16" if kernel_for("cpu", torch.bfloat16) == "int8pack_mm" else None
 
 
 def default_int8(device: torch.device) -> bool:
     """Whether decoders' linears go int8 when the command line is not told (and an assistant's when
     load_pair is not, see assistant_precision): on CPU wherever a fast int8 kernel runs
-    (cpu_int8_dtype), the fastest configuration measured there at a WER within 0.1 point of
-    float32 decoders' (README, LibriSpeech); elsewhere float, as int8 weights save GPU memory, not time."""
+    (cpu_int8_dtype), the fastest configuration measured there, its WER within 0.3 point of float32
+    decoders' (README's int8 section, LibriSpeech); elsewhere float, as int8 weights save GPU memory, not time."""
     return device.type == "cpu" and cpu_int8_dtype() is not None
 
 
@@ -245,12 +248,15 @@ def assistant_precision(dtype: torch.dtype, int8: bool, assistant_int8: bool | N
 
     Its tokens are only proposals, every one verified by the main model, so its precision changes
     speed and acceptance, never the transcript. None (auto): int8 where the main model is, and on
-    CPU wherever the fused int8 kernel runs (a 3-4x cheaper draft step there). int8 decoders
-    compute in half precision: the CPU kernel is slow with float32 activations.
+    CPU wherever a fast int8 kernel runs (a 3-4x cheaper draft step there). An int8 assistant of a
+    float32 main model computes in bfloat16 wherever aten's fused int8-weight kernel runs: its
+    steps are one row a call, where that kernel beats the row-int8 one the main model's float32
+    verification passes take (quantize.ROW_INT8_SCALE).
     """
     if assistant_int8 is None:
         assistant_int8 = int8 or default_int8(device)
-    if assistant_int8 and dtype == torch.float32:
+    if assistant_int8 and dtype == torch.float32 and (
+            device.type != "cpu" or kernel_for("cpu", torch.bfloat16) == "int8pack_mm"):
         return torch.bfloat16, True
     return dtype, assistant_int8
 
