@@ -6,11 +6,12 @@ values of a window (float32, int8 beside the int8 encoder, int8 decoder beside a
 ours (float32) on a batch of 4 windows in
 one pass against window by window (with the minor page faults each takes: why
 encoding.encoder_states goes window by window on CPU), and the main decoder per step, main-only
-greedy on LibriSpeech clips, float32 and int8 (bfloat16 activations), plus the ops that take the
+greedy on LibriSpeech clips, float32 and int8 (bfloat16 rows on aten's int8-weight kernel, the CPU
+default, and float32 rows on the row-int8 kernel), plus the ops that take the
 step's time (torch profiler, self time per step) and their sum: a step's time beyond it is Python
 and dispatch between the ops; the output projection of each by rows in a call (int8 also through
-aten's int8-weight kernel, which it took before quantize.row_int8_mm). And the parts of a speculative round at batch 1 (float32 and int8
-main decoders + the shipped assistant): a main call scoring 1-5 positions and an assistant draft step (eager, and
+aten's int8-weight kernel). And the parts of a speculative round at batch 1 (the same three main
+decoders + the shipped assistant): a main call scoring 1-5 positions and an assistant draft step (eager, and
 compiled as --compile-drafts does), in one-token main steps. The numbers that decide what to make
 faster next.
 
@@ -193,8 +194,8 @@ def main() -> int:
 
     clips = [SPEECH / r["path"] for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
     # float32 encoders where the decoder is measured: its steps read the encoder states only
-    pairs = {"float32": load_pair(args.model, None, int8_encoder=False),
-             "int8": load_pair(args.model, None, int8=True, dtype="bfloat16", int8_encoder=False)}
+    precisions = {"float32": {}, "int8/bfloat16": {"int8": True, "dtype": "bfloat16"}, "int8/float32": {"int8": True}}
+    pairs = {name: load_pair(args.model, None, int8_encoder=False, **precision) for name, precision in precisions.items()}
     ours = {"whisper-spec float32": pairs["float32"], "whisper-spec int8": load_pair(args.model, None, int8_encoder=True)}
     mels = [batch_features([load_audio(p)], pairs["float32"].main.dims.n_mels) for p in clips]
     encoders = _ct2_encoders(args.model)
@@ -202,7 +203,7 @@ def main() -> int:
     times: dict[str, list[float]] = {**{name: [] for name in ours}, **{name: [] for name in encoders}}
     # float32 projections; int8 beside an int8 encoder (the CPU default); with int8 decoders and a float encoder
     cross_kv_pairs = {"float32": pairs["float32"], "int8 (beside an int8 encoder)": ours["whisper-spec int8"],
-                      "int8 decoder, float32 encoder": pairs["int8"]}
+                      "int8 decoder, float32 encoder": pairs["int8/bfloat16"]}
     cross_kv_times: dict[str, list[float]] = {name: [] for name in cross_kv_pairs}
     with torch.inference_mode():
         states = [pairs["float32"].main.encoder(mel) for mel in mels[:3]]
@@ -230,11 +231,12 @@ def main() -> int:
         "encoder_batch_of_4": _batched_encoder(pairs["float32"], mels, args.repeats),
         "decoder": {name: _step_costs(pair, mels, args.top) for name, pair in pairs.items()},
         "output_projection_ms_by_rows": {
-            **{name: _projection_ms_by_rows(pair, 20 * args.repeats) for name, pair in pairs.items()},
-            "int8, aten int8pack_mm": _projection_ms_by_rows(pairs["int8"], 20 * args.repeats, int8_activations=False)},
-        "speculative_round_parts": {
-            name: _call_costs(load_pair(args.model, **precision), mels[0], repeats=30 * args.repeats)
-            for name, precision in (("float32", {}), ("int8", {"int8": True, "dtype": "bfloat16"}))},
+            "float32": _projection_ms_by_rows(pairs["float32"], 20 * args.repeats),
+            "int8": _projection_ms_by_rows(pairs["int8/bfloat16"], 20 * args.repeats),
+            "int8, aten int8pack_mm": _projection_ms_by_rows(pairs["int8/bfloat16"], 20 * args.repeats,
+                                                             int8_activations=False)},
+        "speculative_round_parts": {name: _call_costs(load_pair(args.model, **precision), mels[0], repeats=30 * args.repeats)
+                                    for name, precision in precisions.items()},
     }
     return write_report(report, args.output)
 

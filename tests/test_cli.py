@@ -109,7 +109,7 @@ def test_int8_encoder_is_left_to_the_loader_unless_a_flag_says(tmp_path):
 
 def test_int8_decoders_are_the_cpu_default_unless_a_flag_says():
     """No flag: int8 decoders on CPU wherever a fast int8 kernel runs, with the activation dtype
-    that kernel takes (load.cpu_int8_dtype: float32 where the row-int8 kernel runs); --no-int8:
+    that kernel takes (load.cpu_int8_dtype: bfloat16 where aten's fused kernel runs); --no-int8:
     float32 decoders; bench: int8 configurations beside the float ones by the same rule."""
     import torch
 
@@ -120,7 +120,7 @@ def test_int8_decoders_are_the_cpu_default_unless_a_flag_says():
     default = default_int8(torch.device("cpu"))
     int8_dtype = cpu_int8_dtype() or "bfloat16"
     for flags, int8, dtype in (([], default, int8_dtype if default else "float32"), (["--int8"], True, int8_dtype),
-                               (["--no-int8"], False, "float32"), (["--int8", "--dtype", "bfloat16"], True, "bfloat16")):
+                               (["--no-int8"], False, "float32"), (["--int8", "--dtype", "float32"], True, "float32")):
         args = build_parser().parse_args(["transcribe", "x", "--device", "cpu", *flags])
         assert (pair_args(args)["int8"], pair_args(args)["dtype"]) == (int8, dtype)
 

@@ -44,10 +44,10 @@ def int8_pair():
 
 
 @pytest.fixture(scope="module")
-def default_int8_pair():
-    """The command line's CPU default: int8 decoders, the main model's on float32 rows (every linear
-    row-int8), the assistant's on bfloat16 rows (aten's fused kernel, faster at one row)."""
-    return load_pair("base", default_assistant("base"), int8=True)
+def row_int8_pair():
+    """int8 decoders, the main model's on float32 rows (every linear row-int8), the assistant's on
+    bfloat16 rows (aten's fused kernel, faster at one row)."""
+    return load_pair("base", default_assistant("base"), int8=True, dtype="float32")
 
 
 def _relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
@@ -199,7 +199,7 @@ def test_row_int8_kernel_gives_each_row_its_one_row_result_and_stays_near_float(
 
 @pytest.mark.parametrize("precision", ["int8/float32", "int8/bfloat16"])
 def test_int8_pairs_are_exact_on_their_kernels(request, precision):
-    pair = request.getfixturevalue("default_int8_pair" if precision == "int8/float32" else "int8_pair")
+    pair = request.getfixturevalue("row_int8_pair" if precision == "int8/float32" else "int8_pair")
     main, assistant = pair.main.decoder, pair.assistant.decoder
     rows = torch.randn(1, 512, dtype=main.dtype)
     assert main.blocks[0].mlp.fc1.kernel(rows) == pair.int8_kernel == {"int8/float32": "row_int8",
@@ -223,13 +223,13 @@ def test_int8_pairs_are_exact_on_their_kernels(request, precision):
                 assert stats.drafted > 0
 
 
-def test_auto_speculation_drafts_in_every_round_for_the_default_int8_pair_on_cpu(default_int8_pair):
+def test_auto_speculation_drafts_in_every_round_for_an_int8_pair_on_cpu(int8_pair):
     """As measured to pay there (decoding.AUTO_MAX_ROWS lists no CPU pair): auto drafts as on does,
     at batch 2 as for a single row; every mode gives the int8 main model's tokens."""
     mel = mel_of(CLIPS[:2])
-    alone, _ = decode_windows(default_int8_pair, mel, DecodingOptions(), use_assistant=False)
-    auto, auto_stats = decode_windows(default_int8_pair, mel, DecodingOptions())
-    on, on_stats = decode_windows(default_int8_pair, mel, DecodingOptions(speculation="on"))
+    alone, _ = decode_windows(int8_pair, mel, DecodingOptions(), use_assistant=False)
+    auto, auto_stats = decode_windows(int8_pair, mel, DecodingOptions())
+    on, on_stats = decode_windows(int8_pair, mel, DecodingOptions(speculation="on"))
     assert auto_stats.drafted == on_stats.drafted > 0
     assert [r.tokens for r in on] == [r.tokens for r in auto] == [r.tokens for r in alone]
 
@@ -239,7 +239,7 @@ def test_auto_speculation_drafts_in_every_round_for_the_default_int8_pair_on_cpu
 def test_positions_scored_together_get_the_logits_of_one_token_steps(request, base_pair, precision):
     """What makes verification exact by construction: scoring several positions in one call gives
     each the logits a one-token step gives it, bit for bit (int8/float32: every linear row_int8)."""
-    fixtures = {"int8/float32": "default_int8_pair", "int8/bfloat16": "int8_pair", "float32": "base_pair"}
+    fixtures = {"int8/float32": "row_int8_pair", "int8/bfloat16": "int8_pair", "float32": "base_pair"}
     pair = request.getfixturevalue(fixtures[precision]) if precision in fixtures else load_pair("base", None, dtype=precision)
     decoder = pair.main.decoder
     decoder.set_cross(pair.main.encoder(mel_of(CLIPS[:2])))
@@ -287,7 +287,7 @@ def test_prequantized_directories_build_no_float_decoder_weights(tmp_path, int8_
 def test_transcribe_with_int8_flag(capsys):
     assert cli(["transcribe", str(CLIPS[0]), "--int8", "--language", "en"]) == 0
     captured = capsys.readouterr()
-    assert "kernel: row_int8" in captured.err  # float32 rows where fbgemm runs (load.cpu_int8_dtype)
+    assert "kernel: int8pack_mm" in captured.err
     assert len(captured.out.split()) > 3
 
 

@@ -33,16 +33,16 @@ from .rules import LogitRules
 from .stats import DecodingStats
 
 # speculation="auto": the most rows decoding at once for which a round drafts, by device and main
-# decoder precision ("float" or "int8"); a pair not listed always drafts. None is listed: drafting
-# in every round is measured to pay everywhere. On CPU a verification pass scores a round's positions
-# in one product whose cost barely grows with its rows (model.query_rows_for_row_invariance, and for
-# int8 decoders quantize.row_int8_mm): in decoding seconds over main-only, on 78 LibriSpeech clips,
-# int8 decoders 1.39x at batch 1 (librispeech_row_int8_blocks_cpu), 1.29x at 2 and 1.23x at 4
-# (librispeech_rows_on_row_int8_blocks_cpu), float32 ones 1.60x, 1.51x and 1.31x. int8 decoders on
-# aten's fused kernel (bfloat16 rows, their CPU default before) were listed with one row: that
-# kernel's cost grows with the rows of a call, and drafting in every round lost on long-form at
-# batch 4 (0.91x, longform_cpu.json as committed in 633ac26). On CUDA 1.7x at batch 1 and 4
-# (gpu_h100/librispeech).
+# decoder precision ("float" or "int8"); a pair not listed always drafts. None is listed: drafting in
+# every round is measured to pay everywhere. On CPU a verification pass scores a round's positions in
+# one product (model.query_rows_for_row_invariance); in decoding seconds over main-only, on 78
+# LibriSpeech clips, float32 decoders 1.59x at batch 1 (librispeech_row_int8_projection_cpu), 1.46x at
+# 2 and 1.38x at 4 (librispeech_rows_on_row_int8_cpu); int8 decoders 1.24x, 1.15x and 1.09x, and
+# long-form at batch 4 1.01x (longform_b4_on_cpu.json). int8 decoders were listed with one row until
+# the output projection took quantize.row_int8_mm and aten's int8 calls went 4 rows at a time
+# (quantize.int8pack_mm): before, a verification pass cost more with each row, and drafting in every
+# round lost on long-form at batch 4 (0.91x, longform_cpu.json as committed in 633ac26). On CUDA
+# 1.7x at batch 1 and 4 (gpu_h100/librispeech).
 AUTO_MAX_ROWS: dict[tuple[str, str], int] = {}
 
 

@@ -164,15 +164,15 @@ def build_decoder(dims: ModelDims, state: dict, dtype, device) -> Decoder:
 
 
 def cpu_int8_dtype() -> str | None:
-    """The activation dtype int8 decoders run fastest with on this CPU: float32 where the row-int8
-    kernel runs (quantize.row_int8_mm: every int8 linear then takes it, and a verification pass of
-    five positions costs about one step), else bfloat16 where aten's fused int8-weight kernel does;
-    None where neither. Against bfloat16 rows on aten's kernel (the default before), measured on the
-    78 LibriSpeech clips in README's int8 section: main-only steps 3% slower, speculative decoding 8%
-    faster."""
-    if kernel_for("cpu", torch.float32) == "row_int8":
-        return "float32"
-    return "bfloat16" if kernel_for("cpu", torch.bfloat16) == "int8pack_mm" else None
+    """The activation dtype int8 decoders run fastest with on this CPU: bfloat16 where aten's fused
+    int8-weight kernel runs, else float32 where the row-int8 kernel does (quantize.row_int8_mm);
+    None where neither. float32 rows where both run put every int8 linear on the row-int8 kernel,
+    whose one-row calls are dearer: measured in one interleaved run (benchmarks/int8_rows.py, 106
+    LibriSpeech and FLEURS clips, batch 1), main-only decoding 12% slower, speculative decoding the
+    same (its five-position verification costs about one step there, a quarter more on aten's)."""
+    if kernel_for("cpu", torch.bfloat16) == "int8pack_mm":
+        return "bfloat16"
+    return "float32" if kernel_for("cpu", torch.float32) == "row_int8" else None
 
 
 def default_int8(device: torch.device) -> bool:

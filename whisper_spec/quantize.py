@@ -205,7 +205,6 @@ class Int8Linear(nn.Module):
         shape = x.shape
         x = x.reshape(-1, self.in_features)
         kernel = self.kernel(x)
-        scales = cast(self.scales, x.dtype)
         if kernel == "row_int8":
             if self.row_packed is None:
                 self.row_packed = pack_row_int8(self.weight, self.scales)
@@ -213,11 +212,11 @@ class Int8Linear(nn.Module):
         elif kernel == "int8pack_mm":
             if not torch.compiler.is_compiling() and not is_aligned(self.weight):
                 self.weight = aligned(self.weight)
-            y = int8pack_mm(x.contiguous(), self.weight, scales)
+            y = int8pack_mm(x.contiguous(), self.weight, cast(self.scales, x.dtype))
         elif kernel == "compiled":
-            y = _compiled_dequantize_mm()(x, self.weight, scales)
+            y = _compiled_dequantize_mm()(x, self.weight, cast(self.scales, x.dtype))
         else:
-            y = _dequantize_mm(x, self.weight, scales)
+            y = _dequantize_mm(x, self.weight, cast(self.scales, x.dtype))
         if self.bias is not None:
             y = y + cast(self.bias, y.dtype)
         return y.reshape(*shape[:-1], self.out_features)
