@@ -205,6 +205,7 @@ class Int8Linear(nn.Module):
         shape = x.shape
         x = x.reshape(-1, self.in_features)
         kernel = self.kernel(x)
+        scales = cast(self.scales, x.dtype)
         if kernel == "row_int8":
             if self.row_packed is None:
                 self.row_packed = pack_row_int8(self.weight, self.scales)
@@ -212,11 +213,11 @@ class Int8Linear(nn.Module):
         elif kernel == "int8pack_mm":
             if not torch.compiler.is_compiling() and not is_aligned(self.weight):
                 self.weight = aligned(self.weight)
-            y = int8pack_mm(x.contiguous(), self.weight, cast(self.scales, x.dtype))
+            y = int8pack_mm(x.contiguous(), self.weight, scales)
         elif kernel == "compiled":
-            y = _compiled_dequantize_mm()(x, self.weight, cast(self.scales, x.dtype))
+            y = _compiled_dequantize_mm()(x, self.weight, scales)
         else:
-            y = _dequantize_mm(x, self.weight, cast(self.scales, x.dtype))
+            y = _dequantize_mm(x, self.weight, scales)
         if self.bias is not None:
             y = y + cast(self.bias, y.dtype)
         return y.reshape(*shape[:-1], self.out_features)
