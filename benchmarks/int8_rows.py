@@ -1,6 +1,6 @@
-"""Which activations a CPU int8 main decoder should take, measured in one run: float32 rows, where
-every int8 linear quantizes them per row for fbgemm (quantize.row_int8_mm, the default), against
-bfloat16 rows on aten's int8-weight kernel (the default before). Both pairs carry the shipped
+"""Which activations a CPU int8 main decoder should take, measured in one run: bfloat16 rows on aten's
+int8-weight kernel (the default, load.cpu_int8_dtype), against float32 rows, where every int8 linear
+quantizes them per row for fbgemm (quantize.row_int8_mm). Both pairs carry the shipped
 assistant (drafting in bfloat16 on aten's kernel either way) and the int8 encoder.
 
 Per utterance, batch 1: each pair encodes the window once, then decodes it main-only and
