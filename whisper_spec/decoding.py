@@ -26,7 +26,6 @@ from torch import Tensor
 
 from .encoding import detect_language, encode, sot_logits, synchronize
 from .graphs import step_graphs
-from .model import ROW_INVARIANT_DEVICES
 from .options import DecodingOptions
 from .pair import Whisper, WhisperPair, decoder_precision
 from .rules import LogitRules
@@ -52,7 +51,7 @@ def auto_max_rows(main: Whisper) -> int | None:
     return AUTO_MAX_ROWS.get((main.decoder.positional_embedding.device.type, precision))
 
 
-# On a device whose decoder kernels are not row-invariant (model.ROW_INVARIANT_DEVICES) every main
+# Where the main decoder's kernels are not row-invariant (model.Decoder.row_invariant) every main
 # decoder call has the same shape in both modes, so a position's logits cannot depend on the mode:
 # the prompt is prefilled alone, each round's window is right-padded to the widest round either mode
 # can have (the padding lies past the row's end, where the cache holds stale drafts anyway), every
@@ -157,6 +156,7 @@ def decode_encoded(
     decoders = [model.decoder for model in (main, assistant) if model is not None]
     for decoder in decoders:
         decoder.ensure_caches(batch, n_ctx)
+    row_invariant = main.decoder.row_invariant  # probed at its first call: not in decoding's time
 
     synchronize(device)
     start_time = time.perf_counter()
@@ -167,7 +167,7 @@ def decode_encoded(
         languages = [language or found for language, found in zip(languages, detect_language(main, after_sot))]
     if not main.special.multilingual:
         languages = ["en"] * batch
-    with _LiveRows(decoders, batch, device) as live:
+    with _LiveRows(decoders, batch, device, row_invariant) as live:
         context = _context(main, assistant, options, languages, n_ctx, max_length, device, live)
         state = _initial_state(context, languages)
         if after_sot is not None and context.judges_silence:
@@ -179,15 +179,15 @@ def decode_encoded(
 
 
 class _LiveRows:
-    """The rows the decoders compute. On CPU finished rows leave the decoders' batch rather than
-    run until the longest row ends: every kernel there is row-invariant, so a row's results do not
-    depend on which rows run beside it. On exit, normal or not, the full caches and cross-attention
-    states are put back, so the next call neither reallocates the caches nor misses a row's audio.
-    Devices whose kernels are not row-invariant keep every row (fixed shapes)."""
+    """The rows the decoders compute. With row-invariant kernels (model.Decoder.row_invariant)
+    finished rows leave the decoders' batch rather than run until the longest row ends: a row's
+    results do not depend on which rows run beside it. On exit, normal or not, the full caches and
+    cross-attention states are put back, so the next call neither reallocates the caches nor misses
+    a row's audio. Without, every row stays (fixed shapes)."""
 
-    def __init__(self, decoders: list, batch: int, device: torch.device):
+    def __init__(self, decoders: list, batch: int, device: torch.device, row_invariant: bool):
         self.decoders, self.batch = decoders, batch
-        self.alive = torch.arange(batch, device=device) if device.type in ROW_INVARIANT_DEVICES else None
+        self.alive = torch.arange(batch, device=device) if row_invariant else None
         self._full = [(block.attn.kv_cache, block.attn.kv_cache.k, block.attn.kv_cache.v, block.cross_attn,
                        block.cross_attn.cross_kv) for decoder in decoders for block in decoder.blocks]
 
@@ -272,7 +272,7 @@ def _context(main, assistant, options, languages, n_ctx, max_length, device, liv
     max_rows = {"on": None, "off": 0, "auto": auto_max_rows(main)}[options.speculation]
     # the widest round either mode can have, whether or not there is an assistant
     fixed_width = None
-    if device.type not in ROW_INVARIANT_DEVICES:
+    if not main.decoder.row_invariant:
         fixed_width = (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens) + 1
     graphs = options.cuda_graphs and device.type == "cuda"
     step = compiled_draft_logits if options.compile_drafts and device.type == "cpu" else draft_logits

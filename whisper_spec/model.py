@@ -31,9 +31,11 @@ class ModelDims:
     n_text_ffn: int
 
 
-# Devices where a decoder position's result does not depend on how many positions one call computes
-# (packed oneDNN linears, attention with padded queries: see _decoder_attention). Elsewhere (cuBLAS,
-# fused attention and reductions choose algorithms by shape) decoding gives every main call one shape.
+# Devices where a decoder position's result can be made not to depend on how many positions one call
+# computes (linears padded to the rows their kernel needs, attention with padded queries: see
+# Linear.rows_for_row_invariance, _decoder_attention), where the probes find such padding (see
+# Decoder.row_invariant). Elsewhere (cuBLAS, fused attention and reductions choose algorithms by shape)
+# decoding gives every main call one shape.
 ROW_INVARIANT_DEVICES = {"cpu"}
 
 
@@ -58,9 +60,40 @@ def _onednn_packed(weight: Tensor) -> Tensor | None:
         return None
 
 
+# the row counts a call may be padded to, in the probes of row invariance
+PROBED_ROW_COUNTS = (1, 2, 4, 8, 16)
+
+
+def _padded_rows(product, x: Tensor, min_rows: int) -> Tensor:
+    """product(x) with x's rows (dim -2) padded with zeros to at least min_rows, those dropped after."""
+    n_rows, padding = x.shape[-2], max(min_rows - x.shape[-2], 0)
+    if not padding:
+        return product(x)
+    return product(F.pad(x, (0, 0, 0, padding)))[..., :n_rows, :]
+
+
+def _rows_alike(product, x: Tensor, min_rows: int) -> bool:
+    """Whether product(rows, min_rows) gives each of x's rows (dim -2) the result it gives that row
+    alone, bit for bit, whatever rows share the call: x is cut into calls of 2, 3, 4, 5, 9 and 17 rows."""
+    alone = torch.cat([product(row, min_rows) for row in x.split(1, dim=-2)], dim=-2)
+    return all(torch.equal(torch.cat([product(rows, min_rows) for rows in x.split(count, dim=-2)], dim=-2), alone)
+               for count in (2, 3, 4, 5, 9, 17))
+
+
+def fewest_rows_alike(product, x: Tensor) -> int | None:
+    """The fewest rows (of PROBED_ROW_COUNTS) that padding every call to makes product(rows,
+    min_rows) compute each row alike whatever the row count, None where none does.
+
+    Measured, not assumed: GEMM libraries pick micro-kernels and summation orders by row count, and
+    the choice differs between instruction sets, so a decoding is exact only on what this CPU does."""
+    return next((min_rows for min_rows in PROBED_ROW_COUNTS if _rows_alike(product, x, min_rows)), None)
+
+
 class Linear(nn.Linear):
     """nn.Linear that computes in the activation dtype, so one model can hold mixed weights.
-    After pack(), float32 on CPU runs oneDNN's kernel on a packed copy of the weight."""
+    After pack(), float32 on CPU runs oneDNN's kernel on a packed copy of the weight. On CPU a
+    call of few rows is padded to the rows from which this kernel computes every row alike
+    (rows_for_row_invariance), so a position's result does not depend on how many share its call."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -77,13 +110,43 @@ class Linear(nn.Linear):
         if self.packed is None:
             self.packed = _onednn_packed(self.weight)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def product(self, x: Tensor) -> Tensor:
+        """x @ weight.T + bias by this layer's kernel, rows as they come."""
         # the oneDNN op has no backward: training (an assistant's loss through a shared, frozen
         # projection) takes F.linear
         if self.packed is not None and x.dtype == torch.float32 and not (torch.is_grad_enabled() and x.requires_grad):
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         bias = None if self.bias is None else cast(self.bias, x.dtype)
         return F.linear(x, cast(self.weight, x.dtype), bias)
+
+    def rows_for_row_invariance(self, dtype: torch.dtype) -> int | None:
+        """The fewest rows from which this layer's kernel computes every row alike, probed once per
+        shape, dtype and thread count (see fewest_rows_alike). Measured on AVX-512 (Xeon with AMX,
+        torch 2.13): oneDNN's packed float32 kernel sums a one-row product of 1536 or more inputs
+        in another order than two or more rows, so base's mlp.fc2 is padded to two rows there; on
+        AVX2 every row count agreed."""
+        key = (self.in_features, self.out_features, dtype, self.bias is not None,
+               self.packed is not None and dtype == torch.float32, torch.get_num_threads())
+        if key not in _LINEAR_ROWS:
+            # a half-precision result hides most differences in the float32 sums behind its rounding
+            # (one element in thousands shows one): enough rows that ~2^18 elements are compared
+            n_rows = 18 if dtype == torch.float32 else max(18, -(-2**18 // self.out_features))
+            generator = torch.Generator().manual_seed(0)
+            x = torch.randn(n_rows, self.in_features, generator=generator).to(device=self.weight.device, dtype=dtype)
+            with torch.no_grad():
+                _LINEAR_ROWS[key] = fewest_rows_alike(lambda rows, min_rows: _padded_rows(self.product, rows, min_rows), x)
+        return _LINEAR_ROWS[key]
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.numel() // self.in_features
+        if (rows >= PROBED_ROW_COUNTS[-1] or x.device.type not in ROW_INVARIANT_DEVICES
+                or torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad)):
+            return self.product(x)
+        min_rows = self.rows_for_row_invariance(x.dtype)
+        if min_rows is None or rows >= min_rows:  # None: decoders with it take fixed shapes (Decoder.row_invariant)
+            return self.product(x)
+        return _padded_rows(self.product, x.reshape(rows, self.in_features), min_rows).reshape(
+            *x.shape[:-1], self.out_features)
 
     @classmethod
     def of(cls, weight: Tensor) -> "Linear":
@@ -93,6 +156,9 @@ class Linear(nn.Linear):
         linear.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
         linear.pack()
         return linear
+
+
+_LINEAR_ROWS: dict[tuple, int | None] = {}  # Linear.rows_for_row_invariance's answers
 
 
 class Embedding(nn.Embedding):
@@ -215,23 +281,16 @@ def query_rows_for_row_invariance() -> int | None:
     """The fewest query rows from which this CPU's float32 batched matmuls compute every row alike
     whatever the row count, None where none up to 16 does (then attention goes a query at a time).
 
-    Measured, not assumed: GEMM libraries pick micro-kernels by row count, and the choice differs
-    between instruction sets. On AVX2 (oneDNN, torch 2.13) one row, two or three rows, and four or
-    more each round differently, while every count from four on agrees: decoding pads its queries
-    to four, and a verification pass then scores its positions in one product, as a one-token step
-    does, bit for bit. Probed on the attention's shapes in a one-window step (8 heads of 64, a
-    window of keys, base's cache), with this process's threads."""
+    On AVX2 (oneDNN, torch 2.13) one row, two or three rows, and four or more each round
+    differently, while every count from four on agrees: decoding pads its queries to four, and a
+    verification pass then scores its positions in one product, as a one-token step does, bit for
+    bit. Probed on the attention's shapes in a one-window step (8 heads of 64, a window of keys,
+    base's cache), with this process's threads."""
     generator = torch.Generator().manual_seed(0)
     queries = torch.randn(8, 18, 64, generator=generator)
-
-    def rows_alike(n_keys: int, min_queries: int) -> bool:
-        k, v = torch.randn(2, 8, n_keys, 64, generator=generator)
-        alone = torch.cat([_attend(queries[:, i : i + 1], k, v, None, min_queries) for i in range(18)], dim=1)
-        return all(torch.equal(_attend(queries[:, start : start + n], k, v, None, min_queries),
-                               alone[:, start : start + n]) for n in (2, 3, 4, 5, 6, 9, 17) for start in {0, 18 - n})
-
-    return next((min_queries for min_queries in (1, 2, 4, 8, 16)
-                 if all(rows_alike(n_keys, min_queries) for n_keys in (465, 1500))), None)
+    keys_values = [torch.randn(2, 8, n_keys, 64, generator=generator) for n_keys in (465, 1500)]
+    return fewest_rows_alike(lambda q, min_queries: torch.cat(
+        [_attend(q, k, v, None, min_queries) for k, v in keys_values], dim=-1), queries)
 
 
 def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, row_invariant: bool,
@@ -366,6 +425,7 @@ class Decoder(nn.Module):
         self.ln = nn.LayerNorm(dims.d_model)
         self.proj_out: nn.Module | None = None
         self.cross_source: list[int] | None = None  # per block: the main decoder layer whose cross keys/values it reuses
+        self._row_invariant: bool | None = None  # row_invariant's answer, once probed
 
     @property
     def dtype(self) -> torch.dtype:
@@ -376,6 +436,20 @@ class Decoder(nn.Module):
         """Keys, values and attention: float32 on CPU, whose half-precision batched matmuls are
         unvectorised (several times slower); the activation dtype elsewhere."""
         return torch.float32 if self.positional_embedding.device.type == "cpu" else self.dtype
+
+    @property
+    def row_invariant(self) -> bool:
+        """Whether a position's result is the same however many positions and rows share a call: on
+        a ROW_INVARIANT_DEVICES device wherever every float linear's kernel can be padded to that
+        (int8 kernels are, see quantize.int8pack_mm); probed at first use. Not so for bfloat16 float
+        linears under oneDNN's AVX512_CORE kernels (no bfloat16 instructions), measured: then main
+        calls take fixed shapes, as on CUDA."""
+        if self._row_invariant is None:
+            device = self.positional_embedding.device
+            self._row_invariant = device.type in ROW_INVARIANT_DEVICES and all(
+                module.rows_for_row_invariance(self.dtype) is not None
+                for module in self.modules() if isinstance(module, Linear))
+        return self._row_invariant
 
     def setup_caches(self, batch: int, n_ctx: int) -> None:
         head_dim = self.dims.d_model // self.dims.n_text_head
@@ -440,7 +514,7 @@ class Decoder(nn.Module):
         blocked = torch.arange(kv_len, device=tokens.device) > positions[:, None, :, None]
         # the main model decoding on CPU; training, whole-sequence scoring and an assistant's drafts
         # need no exactness across call shapes
-        row_invariant = cache is not None and span is None and tokens.device.type == "cpu"
+        row_invariant = cache is not None and span is None and self.row_invariant
         x = cast(self.token_embedding(tokens), self.dtype)  # an assistant may share a main embedding of another dtype
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
         for block in self.blocks:
