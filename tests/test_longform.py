@@ -106,10 +106,13 @@ def test_the_end_of_a_recording_is_transcribed(long_pair):
 
 
 def test_a_window_that_loops_keeps_each_sentence_once(tmp_path):
-    """FLEURS's French clips joined into one 80 s recording: base's greedy text of its last window
-    (CPU defaults) repeats one sentence until the window ends, a hallucination. Each of that
-    window's sentences is kept once (this one then falls to the stitcher: the window before holds
-    that audio's words), in both modes alike; nothing else is dropped."""
+    """FLEURS's French clips joined into one 80 s recording: on the AMD EPYC (AVX2) machine base's
+    float32 greedy text of its last window repeats one sentence until the window ends, a
+    hallucination. Each of that window's sentences is kept once (this one then falls to the
+    stitcher: the window before holds that audio's words), in both modes alike; nothing else is
+    dropped. Whether the loop happens depends on the CPU's float32 arithmetic: on an AVX-512 Xeon
+    (AMX) no window of this recording, nor of any other joined set or long-form file here, loops,
+    so there the rule must only leave every sentence alone."""
     pair = load_pair("base", default_assistant("base"))
     clips = [r for r in manifest() if r["set"] == "fleurs_fr"]
     gap = np.zeros(SAMPLE_RATE // 2, dtype=np.float32)
@@ -123,11 +126,15 @@ def test_a_window_that_loops_keeps_each_sentence_once(tmp_path):
     assert len(texts) == len(set(texts))
     reference = " ".join(r["text"] for r in clips)
     assert word_error_rate([reference], [main_only.text], ["fr"]) < 0.6
-    # without the rule (no compression-ratio threshold) the loop is there, and only it goes
+    # without the rule (no compression-ratio threshold) a loop, where there is one, is kept, and only it goes
     looping = replace(options, compression_ratio_threshold=None)
     kept = [s.text for s in next(transcribe(pair, [path], looping, use_assistant=False)).segments]
-    assert len(kept) > len(set(kept)) + 5 and set(texts) <= set(kept)
-    assert word_error_rate([reference], [" ".join(kept)], ["fr"]) > 0.8
+    assert set(texts) <= set(kept)
+    if len(kept) > len(set(kept)):
+        assert len(kept) > len(set(kept)) + 5
+        assert word_error_rate([reference], [" ".join(kept)], ["fr"]) > 0.8
+    else:
+        assert texts == kept
 
 
 def test_stitched_wer_stays_close_to_separate_utterances(base_pair):
