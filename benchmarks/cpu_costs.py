@@ -1,7 +1,7 @@
 """Where CPU time goes, per 30 s window and per decoder step, next to CTranslate2 on the same weights.
 
-Times, interleaved over repeats (medians): the encoder per window (ours float32 and int8, the CPU
-default; CTranslate2 float32 and int8 where installed), the main decoder's cross-attention keys and
+Times, interleaved over repeats (medians): the encoder per window (ours float32, int8 and bfloat16,
+the CPU defaults without and with AMX; CTranslate2 float32 and int8 where installed), the main decoder's cross-attention keys and
 values of a window (float32, int8 beside the int8 encoder, int8 decoder beside a float32 encoder),
 ours (float32) on a batch of 4 windows in
 one pass against window by window (with the minor page faults each takes: why
@@ -195,8 +195,11 @@ def main() -> int:
     clips = [SPEECH / r["path"] for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
     # float32 encoders where the decoder is measured: its steps read the encoder states only
     precisions = {"float32": {}, "int8/bfloat16": {"int8": True, "dtype": "bfloat16"}, "int8/float32": {"int8": True}}
-    pairs = {name: load_pair(args.model, None, int8_encoder=False, **precision) for name, precision in precisions.items()}
-    ours = {"whisper-spec float32": pairs["float32"], "whisper-spec int8": load_pair(args.model, None, int8_encoder=True)}
+    pairs = {name: load_pair(args.model, None, encoder_precision="float32", **precision)
+             for name, precision in precisions.items()}
+    ours = {"whisper-spec float32": pairs["float32"],
+            "whisper-spec int8": load_pair(args.model, None, encoder_precision="int8"),
+            "whisper-spec bfloat16": load_pair(args.model, None, encoder_precision="bfloat16")}
     mels = [batch_features([load_audio(p)], pairs["float32"].main.dims.n_mels) for p in clips]
     encoders = _ct2_encoders(args.model)
     ct2_features = [_storage_view(mel) for mel in mels[:3]] if encoders else [None] * len(mels[:3])

@@ -6,7 +6,7 @@ that warms the model cache and the page cache, and reports each run and the medi
 times `import torch` alone in a fresh interpreter, the part of start-up that is not ours.
 --compare FLAGS times the same command with FLAGS added, alternating run by run with the default.
 
-    python benchmarks/startup.py --runs 5 --compare=--no-int8-encoder --output benchmarks/results/startup_cpu.json
+    python benchmarks/startup.py --runs 5 --compare=--no-int8 --output benchmarks/results/startup_cpu.json
 """
 
 from __future__ import annotations

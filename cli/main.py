@@ -51,7 +51,7 @@ def pair_args(args) -> dict:
         assistant = None
     device, dtype, int8 = _pick_device(args.device, args.dtype, args.int8)
     return dict(main=args.model, assistant=assistant, assistant_encoder=args.assistant_encoder, dtype=dtype,
-                device=device, int8=int8, int8_encoder=args.int8_encoder)
+                device=device, int8=int8, encoder_precision=args.encoder_precision)
 
 
 def load_from_args(args, note):
@@ -220,7 +220,7 @@ def cmd_distill(args) -> int:
     )
     device, _, _ = _pick_device(args.device, "float32")
     # float encoder states, as the shipped assistants were trained on (their cards' commands)
-    main_pair = load_pair(args.main, None, dtype="float32", device=device, int8_encoder=False)
+    main_pair = load_pair(args.main, None, dtype="float32", device=device, encoder_precision="float32")
     command = shlex.join([PROG, *sys.argv[1:]])
     summary = distill(main_pair, args.audio, args.output, options, cache=args.cache_dir,
                       resume=args.resume, command=command)
@@ -270,7 +270,7 @@ def cmd_bench(args) -> int:
     if options.int8:
         int8_pair = load_pair(args.model, pair.assistant.name if pair.assistant else None, dtype=int8_dtype,
                               device=pair.device, int8=True, assistant_encoder=args.assistant_encoder,
-                              int8_encoder=args.int8_encoder)
+                              encoder_precision=args.encoder_precision)
     data = {"source": args.source, "config": args.config, "split": args.split, "sets": sets, "limit": args.limit}
     report = run_bench(pair, utterances, options, model=args.model, int8_pair=int8_pair, data=data,
                        progress=not args.quiet)

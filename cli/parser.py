@@ -11,6 +11,7 @@ from whisper_spec import __version__
 from whisper_spec.options import (
     BATCH_SIZE,
     DTYPES,
+    ENCODER_PRECISIONS,
     LONG_RECORDING_SECONDS,
     BenchOptions,
     ChunkingOptions,
@@ -87,9 +88,9 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="int8 decoder linears for main model and assistant (default: on for cpu "
                             "where torch's int8 kernels run, off elsewhere; bench: int8 configurations "
                             "beside the float ones)")
-    group.add_argument("--int8-encoder", action=argparse.BooleanOptionalAction, default=None,
-                       help="int8 encoder linears, weights and activations per frame (default: on for cpu, "
-                            "off elsewhere; --no-int8-encoder: float32)")
+    group.add_argument("--encoder-precision", choices=ENCODER_PRECISIONS, default=None,
+                       help="the encoder's: int8 linears (weights and activations per frame, cpu only) or a dtype "
+                            "(default: bfloat16 on cpus with AMX, else int8 on cpu; the --dtype on cuda)")
 
 
 def _add_decoding_options(parser: argparse.ArgumentParser) -> None:

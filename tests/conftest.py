@@ -38,8 +38,8 @@ def mel_of(paths, n_mels: int = 80) -> torch.Tensor:
 @pytest.fixture(scope="session")
 def base_pair() -> WhisperPair:
     """Real whisper base (converted from the embedded PyPI package), float32 on CPU, its encoder
-    included (the default on CPU is an int8 encoder)."""
-    return load_pair("base", None, int8_encoder=False)
+    included and float32 too (the default on CPU is bfloat16 or int8, load.default_encoder_precision)."""
+    return load_pair("base", None, encoder_precision="float32")
 
 
 # A small vocabulary laid out like Whisper's: text tokens, then the special tokens, then timestamps.

@@ -93,17 +93,19 @@ def test_draft_defaults_are_the_decoding_options_defaults():
         assert (args.draft_tokens, args.draft_confidence) == (DecodingOptions.draft_tokens, DecodingOptions.draft_confidence)
 
 
-def test_int8_encoder_is_left_to_the_loader_unless_a_flag_says(tmp_path):
-    """No flag: load_pair's device default (int8 on CPU); --no-int8-encoder: float32."""
+def test_encoder_precision_is_left_to_the_loader_unless_a_flag_says(tmp_path):
+    """No flag: load_pair's device default (load.default_encoder_precision); --encoder-precision: that one."""
     from whisper_spec.cli.main import pair_args
     from whisper_spec.cli.parser import build_parser
 
-    for flags, expected in (([], None), (["--int8-encoder"], True), (["--no-int8-encoder"], False)):
+    for flags, expected in (([], None), (["--encoder-precision", "int8"], "int8"),
+                            (["--encoder-precision", "float32"], "float32")):
         for command in ("transcribe", "bench"):
             args = build_parser().parse_args([command, "x", *flags])
-            assert pair_args(args)["int8_encoder"] is expected
+            assert pair_args(args)["encoder_precision"] == expected
     out = tmp_path / "float"
-    assert main(["transcribe", str(QUILTER), "--no-int8-encoder", "-f", "json", "-o", str(out), "--quiet"]) == 0
+    assert main(["transcribe", str(QUILTER), "--encoder-precision", "float32", "-f", "json", "-o", str(out),
+                 "--quiet"]) == 0
     assert "Quilter" in json.loads((out / f"{QUILTER.stem}.json").read_text())["text"]
 
 

@@ -15,6 +15,7 @@ from whisper_spec.decoding import decode_windows
 from whisper_spec.encoding import encoder_states
 from whisper_spec.load import load_model, load_pair
 from whisper_spec.options import DecodingOptions
+from whisper_spec.pair import encoder_precision
 from whisper_spec.quantize import (
     ALIGNMENT,
     BLOCK_LINEARS,
@@ -40,7 +41,8 @@ CLIPS = [speech(r["path"]) for r in manifest() if r["set"] == "librispeech"][8:1
 
 @pytest.fixture(scope="module")
 def int8_pair():
-    return load_pair("base", default_assistant("base"), dtype="bfloat16", int8=True)
+    """int8 decoders on bfloat16 rows beside an int8 encoder (the CPU default without AMX)."""
+    return load_pair("base", default_assistant("base"), dtype="bfloat16", int8=True, encoder_precision="int8")
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +92,7 @@ def test_every_int8_layer_stays_close_to_its_float_layer(base_pair, int8_pair, d
 def test_int8_cross_attention_states_come_from_a_float_product_of_the_int8_weights(base_pair):
     """With a float encoder, a window's cross-attention keys and values (1500 frames) go through a
     float GEMM on the dequantized int8 weights: as close to the float layer as the int8 kernel is."""
-    int8_pair = load_pair("base", None, dtype="bfloat16", int8=True, int8_encoder=False)
+    int8_pair = load_pair("base", None, dtype="bfloat16", int8=True, encoder_precision="float32")
     states = torch.randn(1, 1500, 512) * 0.5
     float_block, int8_block = base_pair.main.decoder.blocks[2], int8_pair.main.decoder.blocks[2]
     int8_pair.main.decoder.set_cross(states)
@@ -107,11 +109,11 @@ def test_int8_cross_attention_states_come_from_a_float_product_of_the_int8_weigh
 @pytest.mark.parametrize("int8_decoder", [False, True])
 def test_cross_attention_states_beside_an_int8_encoder_are_int8_products_a_window_at_a_time(base_pair, int8_pair,
                                                                                           int8_decoder):
-    """Where the encoder is int8 (the CPU default), so are the cross-attention keys and values,
+    """Where the encoder is int8 (the CPU default without AMX), so are the cross-attention keys and values,
     the decoder's one other product over a window's 1500 frames: activations quantized per frame,
     one window a call, so that a window's states do not depend on the windows beside it. Float
     or int8 decoder alike; near the float layer's."""
-    pair = int8_pair if int8_decoder else load_pair("base", None)
+    pair = int8_pair if int8_decoder else load_pair("base", None, encoder_precision="int8")
     assert pair.main.encoder.blocks[0].mlp.fc1.__class__ is DynamicInt8Linear
     states = torch.randn(3, 1500, 512) * torch.tensor([0.1, 0.5, 2.0])[:, None, None]
     decoder = pair.main.decoder
@@ -259,7 +261,7 @@ def test_prequantized_directories_build_no_float_decoder_weights(tmp_path, int8_
     assert cli(["quantize", str(default_assistant("base")), "--output", str(tmp_path / "assistant-int8")]) == 0
     assert json.loads((tmp_path / "base-int8" / "quantization.json").read_text())["format"] == "whisper-spec-int8/1"
 
-    model = load_model(tmp_path / "base-int8", dtype="bfloat16")
+    model = load_model(tmp_path / "base-int8", dtype="bfloat16", encoder_precision="float32")
     decoder = model.decoder
     assert isinstance(decoder.token_embedding, Int8Embedding)
     assert decoder.proj_out.weight is decoder.token_embedding.weight  # tied: one int8 table
@@ -268,9 +270,9 @@ def test_prequantized_directories_build_no_float_decoder_weights(tmp_path, int8_
     float16_bytes = sum(t.numel() * 2 for n, t in load_model("base", with_encoder=False).decoder.state_dict().items()
                         if not n.startswith("proj_out"))
     assert weight_bytes(decoder) < 0.55 * float16_bytes
-    assert model.encoder.conv1.weight.dtype == torch.float32  # the encoder stays float (float32 on CPU)
+    assert model.encoder.conv1.weight.dtype == torch.float32  # the encoder is stored float
 
-    pair = load_pair(tmp_path / "base-int8", tmp_path / "assistant-int8", dtype="bfloat16")
+    pair = load_pair(tmp_path / "base-int8", tmp_path / "assistant-int8", dtype="bfloat16", encoder_precision="int8")
     assert pair.int8_kernel == "int8pack_mm"
     # read from safetensors files, whose tensors sit at 8-byte offsets: every weight a kernel reads
     # (the int8 ones crash ATen's kernel on AVX-512 otherwise) is loaded into aligned storage
@@ -303,20 +305,29 @@ def test_int8_encoder_scales_activations_per_row():
         assert _relative_error(approx[row] - linear.bias, exact[row] - linear.bias) < 0.02
 
 
-def test_cpu_encoder_is_int8_by_default_windows_encode_alike_in_any_batch_and_stay_near_float(base_pair):
-    """On CPU the encoder's linears are int8 unless asked otherwise; a window encodes alike alone
-    and beside others; its states stay near float32's (their WER cost is measured in the README,
-    not here), and speculative decoding on them stays exact."""
-    pair = load_pair("base", default_assistant("base"))
-    assert isinstance(pair.main.encoder.blocks[0].mlp.fc1, DynamicInt8Linear)
-    assert not isinstance(base_pair.main.encoder.blocks[0].mlp.fc1, DynamicInt8Linear)  # int8_encoder=False
+def test_cpu_encoder_default_is_what_the_cpu_runs_fastest():
+    """bfloat16 where the CPU has AMX, else int8 linears: the precision load_pair gives unasked."""
+    pair = load_pair("base", None, dtype="bfloat16", int8=True)
+    expected = "bfloat16" if load.cpu_has_amx() else "int8"
+    assert encoder_precision(pair.main) == expected == load.default_encoder_precision(torch.device("cpu"), torch.float32)
+    assert isinstance(pair.main.encoder.blocks[0].mlp.fc1, DynamicInt8Linear) == (expected == "int8")
+
+
+@pytest.mark.parametrize("precision", ["int8", "bfloat16"])
+def test_cpu_encoders_encode_windows_alike_in_any_batch_and_stay_near_float(base_pair, precision):
+    """Either CPU default encoder: a window encodes alike alone and beside others; its states stay
+    near float32's (their WER cost is measured in the README, not here), and speculative decoding on
+    them stays exact."""
+    pair = load_pair("base", default_assistant("base"), encoder_precision=precision)
+    assert encoder_precision(pair.main) == precision
+    assert encoder_precision(base_pair.main) == "float32"
     mel = mel_of(CLIPS[:3])
     with torch.inference_mode():
         together = encoder_states(pair.main, mel)
         alone = torch.cat([encoder_states(pair.main, mel[i : i + 1]) for i in range(3)])
         exact = encoder_states(base_pair.main, mel)
     assert torch.equal(together, alone)
-    # per row, about 0.1 on these clips (one scale a window: about twice as far)
+    # per row, int8 about 0.1 on these clips (one scale a window: about twice as far), bfloat16 less
     assert all(0 < _relative_error(together[i], exact[i]) < 0.15 for i in range(3))
     alone_tokens, _ = decode_windows(pair, mel, DecodingOptions(speculation="on"), use_assistant=False)
     spec, stats = decode_windows(pair, mel, DecodingOptions(speculation="on"))
@@ -343,7 +354,7 @@ def test_a_warm_start_reads_int8_weights_from_the_cache_instead_of_quantizing(tm
     mel = mel_of(CLIPS[:1])
 
     def loaded():
-        pair = load_pair("base", assistant, dtype="bfloat16", int8=True)
+        pair = load_pair("base", assistant, dtype="bfloat16", int8=True, encoder_precision="int8")
         assert isinstance(pair.main.encoder.blocks[0].mlp.fc1, DynamicInt8Linear)
         with torch.inference_mode():
             states = pair.main.encoder(mel)
@@ -367,5 +378,5 @@ def test_a_warm_start_reads_int8_weights_from_the_cache_instead_of_quantizing(tm
     assert quantized[3:] == ["quantize_decoder_state"]  # the assistant's file changed; the main model's read back
     for _ in range(load.INT8_CACHE_ENTRIES):  # newer files push out the ones used least lately
         os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 1_000_000_000))
-        load_pair("base", assistant, dtype="bfloat16", int8=True)
+        load_pair("base", assistant, dtype="bfloat16", int8=True, encoder_precision="int8")
     assert len(list((tmp_path / "cache" / "int8").glob("*.safetensors"))) == load.INT8_CACHE_ENTRIES

@@ -37,9 +37,9 @@ def test_full_model_export_round_trips_through_our_loader_and_transformers(tmp_p
     """checkpoint.py's weight-name table read both ways: every tensor comes back as it was."""
     from transformers import WhisperForConditionalGeneration
 
-    model = load_pair("tiny.en", int8_encoder=False).main
+    model = load_pair("tiny.en", encoder_precision="float32").main
     export = save_model(model, tmp_path / "tiny.en")
-    again = load_pair(export, int8_encoder=False).main
+    again = load_pair(export, encoder_precision="float32").main
     for part in ("encoder", "decoder"):
         mine, theirs = getattr(model, part).state_dict(), getattr(again, part).state_dict()
         assert mine.keys() == theirs.keys()

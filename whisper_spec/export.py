@@ -35,7 +35,7 @@ def save_model(model: Whisper, output_dir: str | Path, *, decoder_only: bool = F
         raise ValueError(f"{model.name}: int8 decoders are written by save_int8; load it float (assistant_int8=False) to export")
     decoder_only = decoder_only or model.encoder is None
     if not decoder_only and encoder_precision(model) == "int8":
-        raise ValueError(f"{model.name}: its encoder's linears are int8; load it with int8_encoder=False to export")
+        raise ValueError(f"{model.name}: its encoder's linears are int8; load it with encoder_precision='float32' to export")
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     tensors = decoder_state_dict(model.decoder)
@@ -103,7 +103,7 @@ def save_int8(spec: str | Path, output_dir: str | Path, *, dtype: torch.dtype = 
         config = json.loads((Path(spec) / ASSISTANT_CONFIG).read_text())
         (output_dir / ASSISTANT_CONFIG).write_text(json.dumps({**config, "int8": info}, indent=2) + "\n")
         return output_dir
-    model = load_model(spec, int8=True, int8_encoder=False)  # the encoder is stored float
+    model = load_model(spec, int8=True, encoder_precision="float32")  # the encoder is stored float
     tensors = {f"decoder.{k}": v for k, v in _int8_decoder_state(model.decoder).items()}
     if model.encoder is not None:
         tensors.update({f"encoder.{k}": v for k, v in model.encoder.state_dict().items()})

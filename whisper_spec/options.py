@@ -11,6 +11,8 @@ from dataclasses import dataclass
 CHUNK_SECONDS = 30  # Whisper's window: the encoder's fixed input length
 BATCH_SIZE = 4  # 30 s windows decoded together
 DTYPES = ("float32", "bfloat16", "float16")
+# an encoder's: int8 linears (quantize.DynamicInt8Linear, CPU only) or a dtype
+ENCODER_PRECISIONS = ("int8", *DTYPES)
 # Distillation: a file at least this long is held out by its end rather than whole (a few long
 # recordings, such as the multilingual TTS set's two a language, would lose half a language)
 # and can be cut into windows several ways (DistillOptions.shifts).
