@@ -203,10 +203,11 @@ def default_encoder_precision(device: torch.device, dtype: torch.dtype) -> str:
     """The encoder's precision where the caller does not say: on CPU bfloat16 where the CPU has AMX,
     else int8 linears where DynamicInt8Linear runs, else float32; elsewhere the activation dtype.
 
-    Measured on 78 LibriSpeech clips, main-only (int8 decoders, batch 1), on an AVX-512 Xeon with
-    AMX: per window 0.13 s bfloat16, 0.29 s int8, 0.41 s float32, and WER 11.16 / 11.79 / 11.30%
-    (benchmarks/results/librispeech_encoders_amx_cpu); on the AMD EPYC (AVX2, no AMX, no VNNI) the
-    int8 encoder is the faster one there and half-precision matmuls several times slower than float32."""
+    Measured on an AVX-512 Xeon with AMX, the three encoders beside the default decoders in one run
+    (benchmarks/encoder_precision.py, 78 LibriSpeech and 28 FLEURS clips, batch 1): encoder seconds
+    17.8 bfloat16, 30.3 int8, 46.6 float32, decoding the same (~30 s); WER 14.14 / 15.16 / 14.60%
+    (LibriSpeech 11.16 / 11.79 / 11.30%). On the AMD EPYC (AVX2, no AMX, no VNNI) the int8 encoder is
+    the faster one, and half-precision matmuls are several times slower than float32 there."""
     if device.type != "cpu":
         return str(dtype).removeprefix("torch.")
     if cpu_has_amx():
