@@ -163,7 +163,7 @@ def test_auto_speculation_drafts_only_while_few_rows_decode(monkeypatch):
 
     import whisper_spec.decoding as decoding
 
-    monkeypatch.setattr(decoding, "AUTO_MAX_ROWS", {(decoding.device_kind(torch.device("cpu")), "float"): 1})
+    monkeypatch.setattr(decoding, "AUTO_MAX_ROWS", {("cpu", "float"): 1})
     main = random_model(0, eot_bias=0.25)
     pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), torch.device("cpu"), torch.float32)
     torch.manual_seed(8)

@@ -26,18 +26,16 @@ from torch import Tensor
 
 from .encoding import detect_language, encode, sot_logits, synchronize
 from .graphs import step_graphs
-from .load import cpu_has_amx
 from .options import DecodingOptions
 from .pair import Whisper, WhisperPair, decoder_precision
 from .rules import LogitRules
 from .stats import DecodingStats
 
-# speculation="auto": the most rows decoding at once for which a round drafts, by device kind
-# (device_kind) and main decoder precision ("float" or "int8"); a pair not listed always drafts.
-# On an AVX-512 Xeon with AMX (its bfloat16 encoder the default there) int8 decoders' speculative
-# decoding is 1.15x main-only in decoding seconds at batch 1 and 0.96x at batch 4, so there auto
-# drafts for one row only (librispeech_peers_amx_cpu); float32 decoders 1.41x and 1.19x. On the AMD
-# EPYC (AVX2) CPU a verification pass scores a round's positions in
+# speculation="auto": the most rows decoding at once for which a round drafts, by device and main
+# decoder precision ("float" or "int8"); a pair not listed always drafts. None is listed: drafting in
+# every round is measured to pay everywhere. On an AVX-512 Xeon with AMX (bfloat16 encoder), int8
+# decoders at batch 4: 1.12x main-only in decoding seconds (librispeech_b4_amx_cpu). On the AMD EPYC
+# (AVX2) CPU a verification pass scores a round's positions in
 # one product (model.query_rows_for_row_invariance); in decoding seconds over main-only, on 78
 # LibriSpeech clips, float32 decoders 1.59x at batch 1 (librispeech_row_int8_projection_cpu), 1.46x at
 # 2 and 1.38x at 4 (librispeech_rows_on_row_int8_cpu); int8 decoders 1.24x, 1.15x and 1.09x, and
@@ -46,19 +44,13 @@ from .stats import DecodingStats
 # (quantize.int8pack_mm): before, a verification pass cost more with each row, and drafting in every
 # round lost on long-form at batch 4 (0.91x, longform_cpu.json as committed in 633ac26). On CUDA
 # 1.7x at batch 1 and 4 (gpu_h100/librispeech).
-AUTO_MAX_ROWS: dict[tuple[str, str], int] = {("cpu-amx", "int8"): 1}
-
-
-def device_kind(device: torch.device) -> str:
-    """The device's type, "cpu-amx" for a CPU with AMX tiles (load.cpu_has_amx), whose kernels
-    and defaults differ."""
-    return "cpu-amx" if device.type == "cpu" and cpu_has_amx() else device.type
+AUTO_MAX_ROWS: dict[tuple[str, str], int] = {}
 
 
 def auto_max_rows(main: Whisper) -> int | None:
-    """AUTO_MAX_ROWS for the main model's device kind and decoder precision (None: every round drafts)."""
+    """AUTO_MAX_ROWS for the main model's device and decoder precision (None: every round drafts)."""
     precision = "int8" if decoder_precision(main).startswith("int8") else "float"
-    return AUTO_MAX_ROWS.get((device_kind(main.decoder.positional_embedding.device), precision))
+    return AUTO_MAX_ROWS.get((main.decoder.positional_embedding.device.type, precision))
 
 
 # Where the main decoder's kernels are not row-invariant (model.Decoder.row_invariant) every main
