@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 from conftest import SPEECH, manifest
 
 from whisper_spec.batch import FAILURES_FILE, SUMMARY_FILE, job_outputs, run_batch
@@ -46,9 +47,16 @@ def command_line_pair() -> dict:
 
 @pytest.fixture(scope="module")
 def local_run(job_manifest, tmp_path_factory):
+    """The job run locally with the thread count of a Ray actor (RayOptions.threads): oneDNN's
+    bfloat16 GEMMs, the encoder's on a CPU with AMX, sum in an order that depends on it."""
     out = tmp_path_factory.mktemp("local")
-    summary = run_batch(load_pair(**command_line_pair()), collect_jobs(str(job_manifest)), out, FORMATS,
-                        DecodingOptions(timestamps=True), progress=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(RayOptions().threads)
+    try:
+        summary = run_batch(load_pair(**command_line_pair()), collect_jobs(str(job_manifest)), out, FORMATS,
+                            DecodingOptions(timestamps=True), progress=False)
+    finally:
+        torch.set_num_threads(threads)
     return out, summary
 
 
