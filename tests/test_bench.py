@@ -6,6 +6,7 @@ from pathlib import Path
 
 import jiwer
 import pytest
+import torch
 from conftest import SPEECH, manifest, speech
 
 import whisper_spec.bench.harness as harness
@@ -102,6 +103,25 @@ def test_exactness_check_fails_when_an_output_is_altered(pair, utterances, monke
     assert not report["check"]["passed"]
     failures = " ".join(report["check"]["failures"])
     assert utterances[1].id in failures and "WER" in failures
+
+
+def test_configurations_take_turns_in_a_rotating_order():
+    """Each block runs every configuration once, starting one further along each block, so no
+    configuration always runs right after the same other one; each keeps its utterances in order."""
+    configs = [harness.Config(name, "whisper-spec", 1) for name in "abc"]
+    calls = []
+
+    def execute(config, rows):
+        calls.append((config.name, rows[0]))
+        return [[rows[0]]], [str(rows[0])], None, []
+
+    class Bar:
+        def update(self):
+            pass
+
+    parts, _ = harness._time_repeat(configs, [range(i, i + 1) for i in range(4)], execute, torch.device("cpu"), Bar())
+    assert [name for name, _ in calls] == list("abc" "bca" "cab" "abc")
+    assert all(parts[name].tokens == [[0], [1], [2], [3]] for name in "abc")
 
 
 def test_faster_whisper_writes_a_long_recording_at_batch_1_and_4(pair):

@@ -156,14 +156,15 @@ def test_max_length_stops_rows_exactly():
 
 
 def test_auto_speculation_drafts_only_while_few_rows_decode(monkeypatch):
-    """speculation="auto" skips drafting in rounds with more rows decoding than AUTO_MAX_ROWS allows
-    on the device (a limit of one row here, as int8 decoders on CPU have); every mode gives the
-    main model's tokens."""
+    """speculation="auto" skips drafting in rounds with more rows decoding, times the assistant's
+    frames, than AUTO_MAX_DRAFT_FRAMES allows on the device (one full window here: one row, as the
+    assistant reads all 1500 frames); every mode gives the main model's tokens."""
     from dataclasses import replace
 
     import whisper_spec.decoding as decoding
 
-    monkeypatch.setattr(decoding, "AUTO_MAX_ROWS", {("cpu", "float"): 1})
+    device_kind = decoding.device_kind(torch.device("cpu"))
+    monkeypatch.setattr(decoding, "AUTO_MAX_DRAFT_FRAMES", {(device_kind, "float"): 1500})
     main = random_model(0, eot_bias=0.25)
     pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), torch.device("cpu"), torch.float32)
     torch.manual_seed(8)
@@ -181,6 +182,9 @@ def test_auto_speculation_drafts_only_while_few_rows_decode(monkeypatch):
     assert {row for row, r in enumerate(runs["auto"][0]) if r.stats.drafted} <= set(last)
     one = {mode: decode_windows(pair, mel[:1], replace(options, speculation=mode))[1].drafted for mode in ("on", "auto")}
     assert one["on"] == one["auto"] > 0  # a single row always drafts
+    # the limit counts rows times frames: three full windows' worth drafts for three rows of full windows
+    monkeypatch.setattr(decoding, "AUTO_MAX_DRAFT_FRAMES", {(device_kind, "float"): 3 * 1500})
+    assert decoding.auto_max_rows(pair.main, pair.assistant) == 3
 
 
 @pytest.mark.parametrize("options", [

@@ -26,31 +26,47 @@ from torch import Tensor
 
 from .encoding import detect_language, encode, sot_logits, synchronize
 from .graphs import step_graphs
+from .load import cpu_has_amx
 from .options import DecodingOptions
 from .pair import Whisper, WhisperPair, decoder_precision
 from .rules import LogitRules
 from .stats import DecodingStats
 
-# speculation="auto": the most rows decoding at once for which a round drafts, by device and main
-# decoder precision ("float" or "int8"); a pair not listed always drafts. None is listed: drafting in
-# every round is measured to pay everywhere. On an AVX-512 Xeon with AMX (bfloat16 encoder), int8
-# decoders at batch 4: 1.12x main-only in decoding seconds (librispeech_b4_amx_cpu). On the AMD EPYC
-# (AVX2) CPU a verification pass scores a round's positions in
-# one product (model.query_rows_for_row_invariance); in decoding seconds over main-only, on 78
-# LibriSpeech clips, float32 decoders 1.59x at batch 1 (librispeech_row_int8_projection_cpu), 1.46x at
-# 2 and 1.38x at 4 (librispeech_rows_on_row_int8_cpu); int8 decoders 1.24x, 1.15x and 1.09x, and
-# long-form at batch 4 1.01x (longform_b4_on_cpu.json). int8 decoders were listed with one row until
-# the output projection took quantize.row_int8_mm and aten's int8 calls went 4 rows at a time
-# (quantize.int8pack_mm): before, a verification pass cost more with each row, and drafting in every
-# round lost on long-form at batch 4 (0.91x, longform_cpu.json as committed in 633ac26). On CUDA
-# 1.7x at batch 1 and 4 (gpu_h100/librispeech).
-AUTO_MAX_ROWS: dict[tuple[str, str], int] = {}
+# speculation="auto": what drafting is measured to pay for. An assistant's draft step cross-attends to
+# its rows' audio frames (the audio plus 1 s: Whisper.audio_frame_margin), a main step to the whole window,
+# so a round's drafting costs more against the steps it saves as rows x frames grow. By device kind
+# (device_kind) and main decoder precision ("float" or "int8"): the most rows x assistant frames for
+# which a round drafts; a pair not listed drafts in every round.
+# On an AVX-512 Xeon with AMX (bfloat16 encoder) the default int8 decoders, each policy on the same
+# encoded batches in one run (benchmarks/speculation_policy.py), drafting in every round against
+# main-only in decoding seconds: on full 30 s windows of the long-form recordings
+# (speculation_policy_longform_amx_cpu.json) 1.08x at batch 2, 1.01x at 3, 0.95x at 4 (drafting
+# while 1-3 rows decode there: 0.95-0.99x); on 78 LibriSpeech clips of 7 s on average
+# (speculation_policy_amx_cpu.json) 1.20x at batch 2 and 1.13x at 4. Hence three full windows.
+# On the AMD EPYC (AVX2) CPU, drafting in every round, on 78 LibriSpeech clips: float32 decoders
+# 1.59x at batch 1 (librispeech_row_int8_projection_cpu), 1.46x at 2 and 1.38x at 4
+# (librispeech_rows_on_row_int8_cpu); int8 decoders 1.24x, 1.15x and 1.09x, and long-form at batch 4
+# 1.01x (longform_b4_on_cpu.json). On CUDA 1.7x at batch 1 and 4 (gpu_h100/librispeech).
+AUTO_MAX_DRAFT_FRAMES: dict[tuple[str, str], int] = {("cpu-amx", "int8"): 3 * 1500}
 
 
-def auto_max_rows(main: Whisper) -> int | None:
-    """AUTO_MAX_ROWS for the main model's device and decoder precision (None: every round drafts)."""
+def device_kind(device: torch.device) -> str:
+    """The device's type, "cpu-amx" for a CPU with AMX tiles (load.cpu_has_amx), whose kernels and
+    measured policies differ."""
+    return "cpu-amx" if device.type == "cpu" and cpu_has_amx() else device.type
+
+
+def auto_max_draft_frames(main: Whisper) -> int | None:
+    """AUTO_MAX_DRAFT_FRAMES for the main model's device kind and decoder precision (None: every round drafts)."""
     precision = "int8" if decoder_precision(main).startswith("int8") else "float"
-    return AUTO_MAX_ROWS.get((main.decoder.positional_embedding.device.type, precision))
+    return AUTO_MAX_DRAFT_FRAMES.get((device_kind(main.decoder.positional_embedding.device), precision))
+
+
+def auto_max_rows(main: Whisper, assistant: Whisper) -> int | None:
+    """speculation="auto": the most rows decoding in a round that drafts, for the batch the assistant's
+    cross-attention holds (None: every round drafts)."""
+    limit = auto_max_draft_frames(main)
+    return None if limit is None else limit // assistant.decoder.blocks[0].cross_attn.cross_kv[0].shape[-2]
 
 
 # Where the main decoder's kernels are not row-invariant (model.Decoder.row_invariant) every main
@@ -271,7 +287,10 @@ def _context(main, assistant, options, languages, n_ctx, max_length, device, liv
         generator = torch.Generator(device=device)
         generator.manual_seed(options.seed if options.seed is not None else torch.seed())
     max_draft = 0 if assistant is None else (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens)
-    max_rows = {"on": None, "off": 0, "auto": auto_max_rows(main)}[options.speculation]
+    if options.speculation == "auto":
+        max_rows = auto_max_rows(main, assistant) if assistant is not None else None
+    else:
+        max_rows = None if options.speculation == "on" else 0
     # the widest round either mode can have, whether or not there is an assistant
     fixed_width = None
     if not main.decoder.row_invariant:

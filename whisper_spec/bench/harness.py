@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..decoding import auto_max_rows, decode_windows
+from ..decoding import auto_max_draft_frames, decode_windows
 from ..encoding import detect_languages, pair_features, synchronize
 from ..options import CHUNK_SECONDS, BenchOptions, DecodingOptions
 from ..pair import WhisperPair
@@ -144,19 +144,21 @@ def run_bench(pair: WhisperPair, utterances: list[Utterance], options: BenchOpti
         bar.close()
     report = build_report(pair, utterances, configs, runs, options, model, data or {}, languages)
     report["int8_kernel"] = int8_pair.int8_kernel if int8_pair is not None else None
-    report["auto_max_rows_int8"] = auto_max_rows(int8_pair.main) if int8_pair is not None else None
+    report["auto_max_draft_frames_int8"] = auto_max_draft_frames(int8_pair.main) if int8_pair is not None else None
     return report
 
 
 def _time_repeat(configs: list[Config], blocks: list[range], execute, device: torch.device, bar
                  ) -> tuple[dict[str, Run], dict[str, list[float]]]:
     """One timed pass: every configuration runs on one block of utterances before the next block,
-    so slow drifts of the machine's speed hit all configurations alike. Per configuration: what it
-    produced, and its total, encoder and decoding seconds."""
+    so slow drifts of the machine's speed hit all configurations alike, and in an order rotated block
+    by block, so that what one configuration leaves behind (caches, a peer's spinning threads) does
+    not always fall on the same next one. Per configuration: what it produced, and its total,
+    encoder and decoding seconds."""
     parts = {c.name: Run(stats=DecodingStats() if c.engine == "whisper-spec" else None) for c in configs}
     seconds = {c.name: [0.0, 0.0, 0.0] for c in configs}
-    for rows in blocks:
-        for config in configs:
+    for i, rows in enumerate(blocks):
+        for config in configs[i % len(configs) :] + configs[: i % len(configs)]:
             synchronize(device)
             with PeakMemory(device) as memory:
                 start = time.perf_counter()

@@ -8,7 +8,7 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
-from ..decoding import auto_max_rows
+from ..decoding import auto_max_draft_frames
 from ..pair import decoder_precision, encoder_precision
 from ..stats import DecodingStats
 from .metrics import machine_info, word_error_rate
@@ -74,8 +74,8 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
         "encoder_precision": encoder_precision(pair.main),
         "int8_kernel": None,
         "options": asdict(options),
-        # speculation="auto" drafts in rounds with at most this many rows decoding (None: every round)
-        "auto_max_rows": auto_max_rows(pair.main),
+        # speculation="auto" drafts in rounds with at most this many rows x assistant frames (None: every round)
+        "auto_max_draft_frames": auto_max_draft_frames(pair.main),
         "data": {"source": None, **data, "utterances": len(utterances), "audio_seconds": sum(u.seconds for u in utterances),
                  "languages": sorted({language for language in languages})},
         "configs": results,
