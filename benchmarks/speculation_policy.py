@@ -1,11 +1,10 @@
-"""How many decoding rows drafting pays for, measured in one run: the data behind
+"""Where drafting pays, measured in one run: the data behind
 decoding.AUTO_MAX_DRAFT_FRAMES for this CPU and the default decoders.
 
 One pair (the command line's defaults: int8 decoders and the shipped assistant on CPU). Per batch
 of clips, for each batch size: the batch is encoded once, then decoded main-only, drafting in every
-round, with the shipped auto rule, and drafting only while at most N rows are still decoding
-(N = 1 .. batch size - 1), the policies in an order rotated batch by batch so that the machine's
-drifts weigh on all alike.
+round and with the shipped auto rule, the policies in an order rotated batch by batch so that the
+machine's drifts weigh on all alike.
 Reports decoding seconds per policy and batch size, each policy over main-only, and whether every
 policy's tokens equal main-only's (they must: a policy only decides when the assistant drafts).
 --set longform: the long-form recordings cut into consecutive 30 s windows, decoded with timestamps
@@ -24,12 +23,11 @@ import torch
 from _common import SPEECH, manifest_rows, write_report
 from tqdm import tqdm
 
-from whisper_spec import decoding
 from whisper_spec.audio import N_SAMPLES, batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info
 from whisper_spec.cli.main import pair_args
 from whisper_spec.cli.parser import build_parser
-from whisper_spec.decoding import decode_encoded
+from whisper_spec.decoding import auto_max_draft_frames, decode_encoded
 from whisper_spec.encoding import encode
 from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions
@@ -38,16 +36,9 @@ from whisper_spec.stats import DecodingStats
 
 
 def _decode(pair, languages: list[str | None], policy: str, timestamps: bool) -> tuple[list[list[int]], float]:
-    """Tokens and decoding seconds of the encoded batch under a policy: off, on, auto (the shipped
-    rule) or a row limit N (drafting while at most N rows decode)."""
-    options = DecodingOptions(speculation="auto" if policy.isdigit() else policy, timestamps=timestamps)
-    shipped = decoding.auto_max_rows
-    if policy.isdigit():
-        decoding.auto_max_rows = lambda main, assistant: int(policy)
-    try:
-        results, stats = decode_encoded(pair, len(languages), options, languages=languages)
-    finally:
-        decoding.auto_max_rows = shipped
+    """Tokens and decoding seconds of the encoded batch under a speculation policy (off, on or auto)."""
+    options = DecodingOptions(speculation=policy, timestamps=timestamps)
+    results, stats = decode_encoded(pair, len(languages), options, languages=languages)
     return [r.tokens for r in results], stats.decoding_seconds
 
 
@@ -70,9 +61,9 @@ def main() -> int:
     mels = [batch_features([clip], pair.main.dims.n_mels) for clip in clips]
     report = {"machine": machine_info(pair.device), "set": args.set, "windows": len(rows), "timestamps": long_form,
               "main": decoder_precision(pair.main), "assistant": decoder_precision(pair.assistant),
-              "auto_max_draft_frames": decoding.auto_max_draft_frames(pair.main), "batch_sizes": {}}
+              "auto_max_draft_frames": auto_max_draft_frames(pair.main), "batch_sizes": {}}
     for batch_size in (int(b) for b in args.batch_sizes.split(",")):
-        policies = ["off", "on", "auto", *(str(n) for n in range(1, batch_size))]
+        policies = ["off", "on", "auto"]
         seconds = dict.fromkeys(policies, 0.0)
         identical = dict.fromkeys(policies, True)
         batches = [(mels[i : i + batch_size], rows[i : i + batch_size]) for i in range(0, len(rows), batch_size)]

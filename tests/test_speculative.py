@@ -155,36 +155,33 @@ def test_max_length_stops_rows_exactly():
     assert all(r.hit_max_length and len(r.tokens) == 20 - 4 for r in main_only)
 
 
-def test_auto_speculation_drafts_only_while_few_rows_decode(monkeypatch):
-    """speculation="auto" skips drafting in rounds with more rows decoding, times the assistant's
-    frames, than AUTO_MAX_DRAFT_FRAMES allows on the device (one full window here: one row, as the
-    assistant reads all 1500 frames); every mode gives the main model's tokens."""
+def test_auto_speculation_drafts_for_batches_within_the_measured_frames(monkeypatch):
+    """speculation="auto" drafts in every round of a batch whose rows times the assistant's frames
+    stay within AUTO_MAX_DRAFT_FRAMES on the device (two full windows here), and in none of a larger
+    one; every mode gives the main model's tokens."""
     from dataclasses import replace
 
     import whisper_spec.decoding as decoding
 
-    device_kind = decoding.device_kind(torch.device("cpu"))
-    monkeypatch.setattr(decoding, "AUTO_MAX_DRAFT_FRAMES", {(device_kind, "float"): 1500})
+    limit = {(decoding.device_kind(torch.device("cpu")), "float"): 2 * 1500}
+    monkeypatch.setattr(decoding, "AUTO_MAX_DRAFT_FRAMES", limit)
     main = random_model(0, eot_bias=0.25)
     pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), torch.device("cpu"), torch.float32)
     torch.manual_seed(8)
     mel = torch.randn(4, 80, 3000)
     options = DecodingOptions(language="en", timestamps=True, draft_confidence=0)
-    alone, _ = decode_windows(pair, mel, options, use_assistant=False)
-    assert len({len(r.tokens) for r in alone}) > 2  # rows end at different steps: the rounds see 4, 3, ... rows
-    runs = {mode: decode_windows(pair, mel, replace(options, speculation=mode)) for mode in ("on", "auto", "off")}
-    for results, _ in runs.values():
-        assert [r.tokens for r in results] == [r.tokens for r in alone]
-    drafted = {mode: stats.drafted for mode, (_, stats) in runs.items()}
-    assert drafted["off"] == 0 < drafted["auto"] < drafted["on"]
-    # the row that outlives all others is the one that drafts under auto
-    last = sorted(range(4), key=lambda row: len(alone[row].tokens))[-1:]
-    assert {row for row, r in enumerate(runs["auto"][0]) if r.stats.drafted} <= set(last)
-    one = {mode: decode_windows(pair, mel[:1], replace(options, speculation=mode))[1].drafted for mode in ("on", "auto")}
-    assert one["on"] == one["auto"] > 0  # a single row always drafts
-    # the limit counts rows times frames: three full windows' worth drafts for three rows of full windows
-    monkeypatch.setattr(decoding, "AUTO_MAX_DRAFT_FRAMES", {(device_kind, "float"): 3 * 1500})
-    assert decoding.auto_max_rows(pair.main, pair.assistant) == 3
+    for batch, auto_drafts in ((4, False), (2, True), (1, True)):
+        alone, _ = decode_windows(pair, mel[:batch], options, use_assistant=False)
+        runs = {mode: decode_windows(pair, mel[:batch], replace(options, speculation=mode)) for mode in ("on", "auto", "off")}
+        for results, _ in runs.values():
+            assert [r.tokens for r in results] == [r.tokens for r in alone]
+        drafted = {mode: stats.drafted for mode, (_, stats) in runs.items()}
+        assert drafted["off"] == 0 < drafted["on"]
+        assert drafted["auto"] == (drafted["on"] if auto_drafts else 0)
+    # the rule counts the frames the assistant reads: a third of the window each, four rows draft
+    with torch.inference_mode():
+        pair.assistant.decoder.set_cross(main.encoder(mel), n_frames=500)
+    assert decoding.auto_drafts(pair.main, pair.assistant, 4) and not decoding.auto_drafts(pair.main, pair.assistant, 7)
 
 
 @pytest.mark.parametrize("options", [

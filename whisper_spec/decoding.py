@@ -33,18 +33,20 @@ from .rules import LogitRules
 from .stats import DecodingStats
 
 # speculation="auto": what drafting is measured to pay for. An assistant's draft step cross-attends to
-# its rows' audio frames (the audio plus 1 s: Whisper.audio_frame_margin), a main step to the whole window,
-# so a round's drafting costs more against the steps it saves as rows x frames grow. By device kind
-# (device_kind) and main decoder precision ("float" or "int8"): the most rows x assistant frames for
-# which a round drafts; a pair not listed drafts in every round.
-# On an AVX-512 Xeon with AMX (bfloat16 encoder) the default int8 decoders, each policy on the same
-# encoded batches in one run (benchmarks/speculation_policy.py), drafting in every round against
-# main-only in decoding seconds: on full 30 s windows of the long-form recordings
-# (speculation_policy_longform_amx_cpu.json) 1.08x at batch 2, 1.01x at 3, 0.95x at 4 (drafting
-# while 1-3 rows decode there: 0.95-0.99x); on 78 LibriSpeech clips of 7 s on average
-# (speculation_policy_amx_cpu.json) 1.20x at batch 2 and 1.13x at 4. Hence three full windows.
-# On the AMD EPYC (AVX2) CPU, drafting in every round, on 78 LibriSpeech clips: float32 decoders
-# 1.59x at batch 1 (librispeech_row_int8_projection_cpu), 1.46x at 2 and 1.38x at 4
+# its rows' audio frames (the audio plus 1 s: Whisper.audio_frame_margin), a main step to the whole
+# window, so a round's drafting costs more against the steps it saves as rows x frames grow. By device
+# kind (device_kind) and main decoder precision ("float" or "int8"): the most rows x assistant frames
+# of a batch whose rounds draft (a batch over it is decoded by the main model alone); a pair not
+# listed always drafts. On an AVX-512 Xeon with AMX (bfloat16 encoder), the default int8 decoders,
+# each policy on the same encoded batches in one run (benchmarks/speculation_policy.py), drafting in
+# every round against main-only in decoding seconds: on full 30 s windows of the long-form recordings
+# 1.06x at batch 2, 1.00x at 3, 0.97x at 4 (speculation_policy_longform_amx_cpu.json), and drafting
+# for a batch's last 1-3 rows no better (0.98-1.01x at batch 4, that file as committed in d12d6c3);
+# on 78 LibriSpeech clips of 7 s on average 1.22x at batch 2 and 1.14x at 4
+# (speculation_policy_amx_cpu.json).
+# Hence three full windows: the most where drafting in every round did not cost time. On the AMD
+# EPYC (AVX2) CPU, drafting in every round, on 78 LibriSpeech clips: float32 decoders 1.59x at
+# batch 1 (librispeech_row_int8_projection_cpu), 1.46x at 2 and 1.38x at 4
 # (librispeech_rows_on_row_int8_cpu); int8 decoders 1.24x, 1.15x and 1.09x, and long-form at batch 4
 # 1.01x (longform_b4_on_cpu.json). On CUDA 1.7x at batch 1 and 4 (gpu_h100/librispeech).
 AUTO_MAX_DRAFT_FRAMES: dict[tuple[str, str], int] = {("cpu-amx", "int8"): 3 * 1500}
@@ -57,16 +59,16 @@ def device_kind(device: torch.device) -> str:
 
 
 def auto_max_draft_frames(main: Whisper) -> int | None:
-    """AUTO_MAX_DRAFT_FRAMES for the main model's device kind and decoder precision (None: every round drafts)."""
+    """AUTO_MAX_DRAFT_FRAMES for the main model's device kind and decoder precision (None: no limit)."""
     precision = "int8" if decoder_precision(main).startswith("int8") else "float"
     return AUTO_MAX_DRAFT_FRAMES.get((device_kind(main.decoder.positional_embedding.device), precision))
 
 
-def auto_max_rows(main: Whisper, assistant: Whisper) -> int | None:
-    """speculation="auto": the most rows decoding in a round that drafts, for the batch the assistant's
-    cross-attention holds (None: every round drafts)."""
+def auto_drafts(main: Whisper, assistant: Whisper, batch: int) -> bool:
+    """speculation="auto": whether the rounds of a batch of this many rows, whose frames the
+    assistant's cross-attention holds, draft."""
     limit = auto_max_draft_frames(main)
-    return None if limit is None else limit // assistant.decoder.blocks[0].cross_attn.cross_kv[0].shape[-2]
+    return limit is None or batch * assistant.decoder.blocks[0].cross_attn.cross_kv[0].shape[-2] <= limit
 
 
 # Where the main decoder's kernels are not row-invariant (model.Decoder.row_invariant) every main
@@ -245,7 +247,7 @@ class _Context:
     n_ctx: int  # decoder cache positions
     max_length: int
     max_draft: int
-    max_drafting_rows: int | None  # no drafting in a round with more rows decoding; None: no limit
+    drafts: bool  # the assistant drafts in every round (speculation on, or auto where it pays)
     fixed_width: int | None  # every main decoder call this many positions wide; None: row-invariant kernels
     graphs: bool  # decoder steps replayed from CUDA graphs
     draft_logits: object  # draft_logits itself, or compiled (DecodingOptions.compile_drafts)
@@ -287,10 +289,8 @@ def _context(main, assistant, options, languages, n_ctx, max_length, device, liv
         generator = torch.Generator(device=device)
         generator.manual_seed(options.seed if options.seed is not None else torch.seed())
     max_draft = 0 if assistant is None else (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens)
-    if options.speculation == "auto":
-        max_rows = auto_max_rows(main, assistant) if assistant is not None else None
-    else:
-        max_rows = None if options.speculation == "on" else 0
+    drafts = assistant is not None and (options.speculation == "on" or (
+        options.speculation == "auto" and auto_drafts(main, assistant, len(languages))))
     # the widest round either mode can have, whether or not there is an assistant
     fixed_width = None
     if not main.decoder.row_invariant:
@@ -299,7 +299,7 @@ def _context(main, assistant, options, languages, n_ctx, max_length, device, liv
     step = compiled_draft_logits if options.compile_drafts and device.type == "cpu" else draft_logits
     judges_silence = options.no_speech_threshold is not None and special.no_speech is not None
     return _Context(main, assistant, options, rules, draft_rules, generator, prompt_length, n_ctx, max_length,
-                    max_draft, max_rows, fixed_width, graphs, step, live, judges_silence)
+                    max_draft, drafts, fixed_width, graphs, step, live, judges_silence)
 
 
 def _initial_state(context: _Context, languages: list[str]) -> _State:
@@ -329,14 +329,12 @@ def speculative_decode(context: _Context, state: _State, stats: DecodingStats) -
     while not bool(state.done.all()):
         active = ~state.done
         context.live.keep(active)
-        drafting = context.assistant is not None and (context.max_drafting_rows is None
-                                                      or int(active.sum()) <= context.max_drafting_rows)
-        k = int(state.draft_length[active].max()) if drafting else 0
+        k = int(state.draft_length[active].max()) if context.drafts else 0
         round_drafts, draft_probs, k = draft(context, state, k, stats)
         logits, scored = verify(context, state, k, round_drafts, stats)
         n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored, draft_probs)
         logprobs = token_logprobs(state, k, logits, scored, n_accepted, next_token) if state.sums_logprobs else None
-        advance(context, state, k, round_drafts, n_accepted, next_token, adapt=drafting, logprobs=logprobs)
+        advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
 
 
 def prefill(context: _Context, state: _State, stats: DecodingStats) -> None:
