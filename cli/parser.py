@@ -59,8 +59,9 @@ def _add_draft_options(group) -> None:
                        help="a row stops drafting for the round after a draft the assistant gives less "
                             "probability than this; 0 drafts all k (default: %(default)s)")
     group.add_argument("--speculation", choices=("on", "off", "auto"), default=DecodingOptions.speculation,
-                       help="on: the assistant drafts every round; off: never; auto: only while no more rows are "
-                            "decoding than drafting is measured to pay for on this device (default: %(default)s)")
+                       help="on: the assistant drafts every round; off: never; auto: in a batch whose rows, times "
+                            "the audio the assistant reads, stay within what drafting is measured to pay for on "
+                            "this device (default: %(default)s)")
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:

@@ -30,9 +30,9 @@ class DecodingOptions:
     adaptive_draft: bool = False  # per row: +2 after a fully accepted round, -1 after a rejection
     draft_confidence: float = 0.8  # a row stops drafting for the round after a draft the assistant gives less probability
     max_draft_tokens: int = 16  # cap for the adaptive draft length
-    # on: draft every round; off: never (the assistant stays loaded); auto: draft while the rows
-    # decoding, times the audio frames the assistant reads, stay within what drafting is measured to
-    # pay for on the device and decoder precision (decoding.AUTO_MAX_DRAFT_FRAMES)
+    # on: draft every round; off: never (the assistant stays loaded); auto: draft in every round of a
+    # batch whose rows, times the audio frames the assistant reads, stay within what drafting is
+    # measured to pay for on the device and decoder precision (decoding.AUTO_MAX_DRAFT_FRAMES)
     speculation: str = "auto"
     seed: int | None = None  # for sampling
     # openai-whisper's no-speech rule, with its defaults: a window whose <|nospeech|> probability

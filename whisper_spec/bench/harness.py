@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import sys
 import tempfile
 import time
@@ -151,14 +152,14 @@ def run_bench(pair: WhisperPair, utterances: list[Utterance], options: BenchOpti
 def _time_repeat(configs: list[Config], blocks: list[range], execute, device: torch.device, bar
                  ) -> tuple[dict[str, Run], dict[str, list[float]]]:
     """One timed pass: every configuration runs on one block of utterances before the next block,
-    so slow drifts of the machine's speed hit all configurations alike, and in an order rotated block
-    by block, so that what one configuration leaves behind (caches, a peer's spinning threads) does
-    not always fall on the same next one. Per configuration: what it produced, and its total,
-    encoder and decoding seconds."""
+    so slow drifts of the machine's speed hit all configurations alike, and in an order shuffled block
+    by block (seeded by the block), so that what one configuration leaves behind (caches, a peer's
+    spinning threads) does not always fall on the same next one. Per configuration: what it
+    produced, and its total, encoder and decoding seconds."""
     parts = {c.name: Run(stats=DecodingStats() if c.engine == "whisper-spec" else None) for c in configs}
     seconds = {c.name: [0.0, 0.0, 0.0] for c in configs}
     for i, rows in enumerate(blocks):
-        for config in configs[i % len(configs) :] + configs[: i % len(configs)]:
+        for config in random.Random(i).sample(configs, len(configs)):
             synchronize(device)
             with PeakMemory(device) as memory:
                 start = time.perf_counter()
