@@ -1,7 +1,8 @@
 """Where CPU time goes, per 30 s window and per decoder step, next to CTranslate2 on the same weights.
 
 Times, interleaved over repeats (medians): the encoder per window (ours float32, int8 and bfloat16,
-the CPU defaults without and with AMX; CTranslate2 float32 and int8 where installed), the main decoder's cross-attention keys and
+the CPU defaults without and with AMX; CTranslate2 float32 and int8 where installed, in
+faster-whisper's process of its own), the main decoder's cross-attention keys and
 values of a window (float32, int8 beside the int8 encoder, int8 decoder beside a float32 encoder),
 ours (float32) on a batch of 4 windows in
 one pass against window by window (with the minor page faults each takes: why
@@ -26,12 +27,12 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from _common import SPEECH, manifest_rows, write_report
 
 from whisper_spec.audio import batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info
+from whisper_spec.bench.peers import FasterWhisperPeer
 from whisper_spec.decoding import compiled_draft_logits, decode_encoded, decode_windows, draft_logits
 from whisper_spec.encoding import encode
 from whisper_spec.load import load_pair
@@ -102,20 +103,18 @@ def _batched_encoder(pair, mels: list[torch.Tensor], repeats: int) -> dict:
 
 
 def _ct2_encoders(model: str) -> dict:
+    """CTranslate2's encoder, float32 and int8, as calls returning seconds per window; it runs in
+    faster-whisper's process of its own (in this one it would slow every torch step measured after it)."""
     try:
-        import ctranslate2
+        import faster_whisper  # noqa: F401
     except ImportError:
         return {}
     source = ct2_source(model)
-    return {f"ctranslate2 {kind}": ctranslate2.models.Whisper(str(source), device="cpu", compute_type=kind,
-                                                              intra_threads=torch.get_num_threads())
-            for kind in ("float32", "int8")} if source else {}
-
-
-def _storage_view(mel: torch.Tensor):
-    import ctranslate2
-
-    return ctranslate2.StorageView.from_array(np.ascontiguousarray(mel.numpy()))
+    if source is None:
+        return {}
+    peer = FasterWhisperPeer(source, torch.device("cpu"))
+    return {f"ctranslate2 {kind}": functools.partial(peer.encoder_seconds, int8=kind == "int8")
+            for kind in ("float32", "int8")}
 
 
 def _step_costs(pair, mels: list[torch.Tensor], top: int) -> dict:
@@ -202,7 +201,6 @@ def main() -> int:
             "whisper-spec bfloat16": load_pair(args.model, None, encoder_precision="bfloat16")}
     mels = [batch_features([load_audio(p)], pairs["float32"].main.dims.n_mels) for p in clips]
     encoders = _ct2_encoders(args.model)
-    ct2_features = [_storage_view(mel) for mel in mels[:3]] if encoders else [None] * len(mels[:3])
     times: dict[str, list[float]] = {**{name: [] for name in ours}, **{name: [] for name in encoders}}
     # float32 projections; int8 beside an int8 encoder (the CPU default); with int8 decoders and a float encoder
     cross_kv_pairs = {"float32": pairs["float32"], "int8 (beside an int8 encoder)": ours["whisper-spec int8"],
@@ -213,17 +211,15 @@ def main() -> int:
     for pair in cross_kv_pairs.values():
         _cross_kv_seconds(pair, states[0])
     for name, encoder in encoders.items():
-        encoder.encode(ct2_features[0])  # warm-up
+        encoder(mels[0].numpy())  # warm-up
     for pair in ours.values():
         _encoder_seconds(pair, mels[0])
     for _ in range(args.repeats):
-        for mel, features in zip(mels[:3], ct2_features):
+        for mel in mels[:3]:
             for name, pair in ours.items():
                 times[name].append(_encoder_seconds(pair, mel))
             for name, encoder in encoders.items():
-                start = time.perf_counter()
-                encoder.encode(features)
-                times[name].append(time.perf_counter() - start)
+                times[name].append(encoder(mel.numpy()))
         for window in states:
             for name, pair in cross_kv_pairs.items():
                 cross_kv_times[name].append(_cross_kv_seconds(pair, window))

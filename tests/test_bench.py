@@ -138,6 +138,22 @@ def test_faster_whisper_writes_a_long_recording_at_batch_1_and_4(pair):
         assert word_error_rate([row["text"]], [text], ["en"]) < 0.15, (batch, text)
 
 
+def test_faster_whisper_runs_in_a_process_of_its_own(pair, utterances):
+    """CTranslate2 computing in the benchmark's process slows torch there (faster_whisper_process):
+    the peer transcribes in a child process, and this process gains no CTranslate2 threads."""
+    threads = len(list(Path("/proc/self/task").iterdir()))
+    peer = load_peers(pair, "base", ("faster-whisper",), Path("."), note=print)["faster-whisper"]
+    english = utterances[:2]
+    for batch in (1, 2):
+        tokens, texts = peer.run(english, batch, speculative=False, int8=True, task="transcribe", languages=["en"] * 2)
+        assert len(tokens) == 2 and all(tokens)
+        assert word_error_rate([u.text for u in english], texts, ["en"] * 2) < 0.2, texts
+    assert len(list(Path("/proc/self/task").iterdir())) == threads
+    assert peer.peak_memory_bytes > 100 * 2**20  # the child's own resident set: a model was loaded there
+    peer.close()
+    assert not peer._process.is_alive()
+
+
 def test_compiled_drafts_are_timed_as_configurations_of_their_own(pair, utterances):
     """Float32 and int8 drafts alike (the int8 decoders' step compiles around the fused int8 kernel)."""
     options = BenchOptions(batch_sizes=(1,), repeats=1, peers=(), compile_drafts=True, int8=True)

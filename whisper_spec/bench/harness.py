@@ -111,42 +111,59 @@ def run_bench(pair: WhisperPair, utterances: list[Utterance], options: BenchOpti
         raise ValueError("int8 configurations need int8_pair")
     with tempfile.TemporaryDirectory() as workdir:
         peers = load_peers(pair, model, options.peers, Path(workdir), note)
-        configs = plan_configs(pair, options, peers)
-        runs = {c.name: Run() for c in configs}
-        languages = _languages_of(pair, utterances)  # given, or the main model's detection; peers get them too
-
-        def execute(config: Config, rows: range):
-            subset = [utterances[i] for i in rows]
-            if config.engine == "whisper-spec":
-                return _run_ours(int8_pair if config.int8 else pair, subset, config, options)
-            tokens, texts = peers[config.engine].run(subset, config.batch_size, speculative=config.speculative,
-                                                     int8=config.int8, task=options.task,
-                                                     languages=[languages[i] for i in rows])
-            return tokens, texts, None, []
-
-        block = math.lcm(*(c.batch_size for c in configs))
-        blocks = batches(len(utterances), block)
-        bar = tqdm(total=len(configs) * (options.repeats * len(blocks) + 1), desc="bench", unit="run",
-                   disable=not progress)
-        for config in configs:  # warm-up: one batch each
-            execute(config, range(min(config.batch_size, len(utterances))))
-            bar.update()
-        for _ in range(options.repeats):
-            parts, seconds = _time_repeat(configs, blocks, execute, pair.device, bar)
-            for config in configs:
-                run, part = runs[config.name], parts[config.name]
-                run.tokens, run.texts, run.stats, run.per_utterance = part.tokens, part.texts, part.stats, part.per_utterance
-                total, encoder, decoding = seconds[config.name]
-                run.total_seconds.append(total)
-                if part.stats is not None:
-                    run.encoder_seconds.append(encoder)
-                    run.decoding_seconds.append(decoding)
-                run.peak_memory_bytes = max(run.peak_memory_bytes or 0, part.peak_memory_bytes)
-        bar.close()
+        try:
+            runs, configs, languages = _run_configs(pair, int8_pair, utterances, options, peers, progress)
+        finally:
+            for peer in peers.values():
+                peer.close()
     report = build_report(pair, utterances, configs, runs, options, model, data or {}, languages)
     report["int8_kernel"] = int8_pair.int8_kernel if int8_pair is not None else None
     report["auto_max_draft_frames_int8"] = auto_max_draft_frames(int8_pair.main) if int8_pair is not None else None
     return report
+
+
+def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: list[Utterance],
+                 options: BenchOptions, peers: dict, progress: bool) -> tuple[dict[str, Run], list[Config], list[str]]:
+    """The warm-up and the timed repeats of every configuration: the runs, the configurations and
+    the utterances' languages."""
+    configs = plan_configs(pair, options, peers)
+    runs = {c.name: Run() for c in configs}
+    languages = _languages_of(pair, utterances)  # given, or the main model's detection; peers get them too
+
+    def execute(config: Config, rows: range):
+        subset = [utterances[i] for i in rows]
+        if config.engine == "whisper-spec":
+            return _run_ours(int8_pair if config.int8 else pair, subset, config, options)
+        tokens, texts = peers[config.engine].run(subset, config.batch_size, speculative=config.speculative,
+                                                 int8=config.int8, task=options.task,
+                                                 languages=[languages[i] for i in rows])
+        return tokens, texts, None, []
+
+    block = math.lcm(*(c.batch_size for c in configs))
+    blocks = batches(len(utterances), block)
+    bar = tqdm(total=len(configs) * (options.repeats * len(blocks) + 1), desc="bench", unit="run",
+               disable=not progress)
+    for config in configs:  # warm-up: one batch each
+        execute(config, range(min(config.batch_size, len(utterances))))
+        bar.update()
+    for _ in range(options.repeats):
+        parts, seconds = _time_repeat(configs, blocks, execute, pair.device, bar)
+        for config in configs:
+            run, part = runs[config.name], parts[config.name]
+            run.tokens, run.texts, run.stats, run.per_utterance = part.tokens, part.texts, part.stats, part.per_utterance
+            total, encoder, decoding = seconds[config.name]
+            run.total_seconds.append(total)
+            if part.stats is not None:
+                run.encoder_seconds.append(encoder)
+                run.decoding_seconds.append(decoding)
+            run.peak_memory_bytes = max(run.peak_memory_bytes or 0, part.peak_memory_bytes)
+    bar.close()
+    for config in configs:
+        # a peer in a process of its own (faster-whisper): that process's peak, not this one's
+        own_peak = getattr(peers.get(config.engine), "peak_memory_bytes", None)
+        if own_peak:
+            runs[config.name].peak_memory_bytes = own_peak
+    return runs, configs, languages
 
 
 def _time_repeat(configs: list[Config], blocks: list[range], execute, device: torch.device, bar

@@ -76,61 +76,66 @@ class TransformersPeer:
                 texts.append(self.pair.main.tokenizer.decode(row))
         return tokens, texts
 
-
-_GREEDY = dict(beam_size=1, temperature=0.0)  # faster-whisper's settings for greedy decoding, as ours
+    def close(self) -> None:
+        self.model = self.assistant = None
 
 
 class FasterWhisperPeer:
     """faster-whisper (CTranslate2) on the same CTranslate2 model the main model was converted from:
-    its float model (float16 on CUDA, float32 on CPU) and its int8 one. Batch 1 is its `transcribe`;
-    a larger batch is its batched pipeline, given the batch's utterances end to end as clips
-    (`clip_timestamps`), so it decodes them together, one 30 s window each, as ours does."""
+    its float model (float16 on CUDA, float32 on CPU) and its int8 one, in a process of its own
+    (faster_whisper_process: in ours, CTranslate2's threads slow torch down). Batch 1 is its
+    `transcribe`; a larger batch is its batched pipeline."""
 
     def __init__(self, ct2_dir: Path, device: torch.device):
-        from faster_whisper import WhisperModel as FasterWhisperModel
+        import multiprocessing
 
-        float_type = "float16" if device.type == "cuda" else "float32"
-        self.models = {int8: FasterWhisperModel(str(ct2_dir), device=device.type, cpu_threads=torch.get_num_threads(),
-                                                compute_type="int8" if int8 else float_type)
-                       for int8 in (False, True)}
+        from . import faster_whisper_process
+
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch, no threads of ours
+        self._connection, child = context.Pipe()
+        self._process = context.Process(target=faster_whisper_process.serve, daemon=True,
+                                        args=(child, str(ct2_dir), device.type, torch.get_num_threads()))
+        self._process.start()
+        child.close()
+        self._cpu = device.type == "cpu"
+        self.peak_memory_bytes = None  # on CPU, the child's peak resident set size so far
+        self._reply()
+
+    def _reply(self):
+        try:
+            reply = self._connection.recv()
+        except EOFError:
+            raise RuntimeError(f"the faster-whisper process ended (exit code {self._process.exitcode})") from None
+        if reply[0] == "error":
+            raise RuntimeError(f"faster-whisper: {reply[1]}")
+        _, result, peak = reply
+        if self._cpu:
+            self.peak_memory_bytes = peak
+        return result
+
+    def _request(self, name: str, **arguments):
+        self._connection.send((name, arguments))
+        return self._reply()
 
     def run(self, utterances: list[Utterance], batch_size: int, *, speculative: bool, int8: bool, task: str,
             languages: list[str]):
         """Tokens and texts of the utterances (speculative: not offered by this peer)."""
-        from faster_whisper import BatchedInferencePipeline
-
-        model = self.models[int8]
-        settings = dict(task=task, without_timestamps=True, vad_filter=False, **_GREEDY)
-        tokens, texts = [], []
-        for rows in batches(len(utterances), batch_size):
-            if len(rows) == 1 or len({languages[i] for i in rows}) > 1:
-                outputs = [list(model.transcribe(utterances[i].audio, language=languages[i],
-                                                 condition_on_previous_text=False, **settings)[0]) for i in rows]
-            else:
-                audio = np.concatenate([utterances[i].audio for i in rows])
-                ends = np.cumsum([utterances[i].seconds for i in rows]).tolist()
-                clips = [{"start": start, "end": end} for start, end in zip([0.0] + ends[:-1], ends)]
-                segments = list(BatchedInferencePipeline(model).transcribe(
-                    audio, language=languages[rows[0]], clip_timestamps=clips, batch_size=batch_size, **settings)[0])
-                outputs = [[s for s in segments if clip["start"] <= s.start < clip["end"]] for clip in clips]
-            for segments in outputs:
-                tokens.append([t for s in segments for t in s.tokens])
-                texts.append("".join(s.text for s in segments))
-        return tokens, texts
+        groups = [[(utterances[i].audio, languages[i]) for i in rows] for rows in batches(len(utterances), batch_size)]
+        return self._request("clips", groups=groups, batch_size=batch_size, int8=int8, task=task)
 
     def transcribe_long(self, audio: np.ndarray, batch_size: int, *, int8: bool, language: str) -> str:
-        """A long recording's text as faster-whisper writes it: at batch 1 its `transcribe`, window
-        after window, each not conditioned on the text before (as ours); above, its batched
-        pipeline, which cuts the recording at pauses (its VAD) and decodes the pieces together."""
-        from faster_whisper import BatchedInferencePipeline
+        """A long recording's text as faster-whisper writes it (faster_whisper_process._long)."""
+        return self._request("long", audio=audio, batch_size=batch_size, int8=int8, language=language)
 
-        model = self.models[int8]
-        if batch_size == 1:
-            segments, _ = model.transcribe(audio, language=language, condition_on_previous_text=False, **_GREEDY)
-        else:
-            segments, _ = BatchedInferencePipeline(model).transcribe(audio, language=language, batch_size=batch_size,
-                                                                     **_GREEDY)
-        return "".join(s.text for s in segments)
+    def encoder_seconds(self, features: np.ndarray, *, int8: bool) -> float:
+        """Seconds of CTranslate2's encoder on log-mel features [batch, n_mels, 3000], timed in its process."""
+        return self._request("encoder_seconds", features=features, int8=int8)
+
+    def close(self) -> None:
+        if self._process.is_alive():
+            self._connection.send(None)
+            self._process.join(timeout=30)
+        self._connection.close()
 
 
 def load_peers(pair: WhisperPair, model: str, wanted: tuple[str, ...], workdir: Path, note) -> dict:

@@ -1,0 +1,103 @@
+"""faster-whisper in a process of its own: the benchmarks' faster-whisper peer runs here.
+
+Why not in the benchmark's process: there, once CTranslate2 has computed, its idle threads slow
+torch's decoding ~1.9x for as long as its model lives. Measured on an AVX-512 Xeon with AMX (2
+cores, torch 2.13, ctranslate2 4.8.5), main-only int8 decoding of three LibriSpeech clips: 1.03 s,
+then 1.85-1.98 s after one CTranslate2 encoder call in the same process (every op slower, no CPU
+time in CTranslate2's threads), 1.20 s again once its model was deleted, and 1.12 s beside a
+CTranslate2 model alive and used in another process. In one bench run on 20 clips that made our
+main-only int8 decoding 8.6 s against 4.4 s without the peer, and faster-whisper look faster than
+ours where it is not. Each engine in its own process, as users run them, is the fair measurement.
+
+This module imports neither torch nor the rest of whisper_spec: the child process loads only
+faster-whisper. Requests and replies are pickled over a pipe (audio as float32 arrays: ~1 ms for a
+LibriSpeech clip, a few tenths of a percent of a long recording's transcription).
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+
+import numpy as np
+
+_GREEDY = dict(beam_size=1, temperature=0.0)  # faster-whisper's settings for greedy decoding, as ours
+
+
+def _clips(models: dict, groups: list[list[tuple[np.ndarray, str]]], batch_size: int, int8: bool,
+           task: str) -> tuple[list[list[int]], list[str]]:
+    """Tokens and texts of clips given in groups of up to batch_size (audio, language): a group
+    of one, or of mixed languages, through `transcribe` clip by clip; else the batched pipeline,
+    given the group end to end as clips (`clip_timestamps`), so it decodes them together, one 30 s
+    window each, as ours does."""
+    from faster_whisper import BatchedInferencePipeline
+
+    model = models[int8]
+    settings = dict(task=task, without_timestamps=True, vad_filter=False, **_GREEDY)
+    tokens, texts = [], []
+    for group in groups:
+        if len(group) == 1 or len({language for _, language in group}) > 1:
+            outputs = [list(model.transcribe(audio, language=language, condition_on_previous_text=False,
+                                             **settings)[0]) for audio, language in group]
+        else:
+            ends = np.cumsum([len(audio) / 16000 for audio, _ in group]).tolist()
+            clips = [{"start": start, "end": end} for start, end in zip([0.0] + ends[:-1], ends)]
+            segments = list(BatchedInferencePipeline(model).transcribe(
+                np.concatenate([audio for audio, _ in group]), language=group[0][1], clip_timestamps=clips,
+                batch_size=batch_size, **settings)[0])
+            outputs = [[s for s in segments if clip["start"] <= s.start < clip["end"]] for clip in clips]
+        for segments in outputs:
+            tokens.append([t for s in segments for t in s.tokens])
+            texts.append("".join(s.text for s in segments))
+    return tokens, texts
+
+
+def _long(models: dict, audio: np.ndarray, batch_size: int, int8: bool, language: str) -> str:
+    """A long recording's text as faster-whisper writes it: at batch 1 its `transcribe`, window
+    after window, each not conditioned on the text before (as ours); above, its batched
+    pipeline, which cuts the recording at pauses (its VAD) and decodes the pieces together."""
+    from faster_whisper import BatchedInferencePipeline
+
+    model = models[int8]
+    if batch_size == 1:
+        segments, _ = model.transcribe(audio, language=language, condition_on_previous_text=False, **_GREEDY)
+    else:
+        segments, _ = BatchedInferencePipeline(model).transcribe(audio, language=language, batch_size=batch_size,
+                                                                 **_GREEDY)
+    return "".join(s.text for s in segments)
+
+
+def _encoder_seconds(models: dict, features: np.ndarray, int8: bool) -> float:
+    """Seconds of CTranslate2's encoder on log-mel features [batch, n_mels, 3000]."""
+    import ctranslate2
+
+    view = ctranslate2.StorageView.from_array(np.ascontiguousarray(features, dtype=np.float32))
+    start = time.perf_counter()
+    models[int8].model.encode(view)
+    return time.perf_counter() - start
+
+
+_REQUESTS = {"clips": _clips, "long": _long, "encoder_seconds": _encoder_seconds}
+
+
+def serve(connection, ct2_dir: str, device: str, threads: int) -> None:
+    """The child's loop: load the float and int8 models, then answer (request, arguments) until
+    None, each with ("ok", result, peak resident bytes of this process) or ("error", message)."""
+    try:
+        from faster_whisper import WhisperModel
+
+        float_type = "float16" if device == "cuda" else "float32"
+        models = {int8: WhisperModel(ct2_dir, device=device, cpu_threads=threads,
+                                     compute_type="int8" if int8 else float_type) for int8 in (False, True)}
+    except Exception as error:  # noqa: BLE001 - reported to the parent, which raises it
+        connection.send(("error", f"{type(error).__name__}: {error}"))
+        return
+    connection.send(("ok", None, 0))
+    while (request := connection.recv()) is not None:
+        name, arguments = request
+        try:
+            result = _REQUESTS[name](models, **arguments)
+        except Exception as error:  # noqa: BLE001
+            connection.send(("error", f"{type(error).__name__}: {error}"))
+        else:
+            connection.send(("ok", result, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
