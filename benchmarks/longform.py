@@ -134,6 +134,8 @@ def main() -> int:
         progress(entry)
     if args.recordings == "longform":
         report["seams"] = _seams(pairs["int8"], DecodingOptions(language="en"), files, texts["main-only int8"])
+    for peer in peers.values():
+        peer.close()
     return write_report(report, args.output)
 
 

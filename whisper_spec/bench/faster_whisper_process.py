@@ -82,7 +82,7 @@ _REQUESTS = {"clips": _clips, "long": _long, "encoder_seconds": _encoder_seconds
 
 def serve(connection, ct2_dir: str, device: str, threads: int) -> None:
     """The child's loop: load the float and int8 models, then answer (request, arguments) until
-    None, each with ("ok", result, peak resident bytes of this process) or ("error", message)."""
+    None or the parent's end, each with ("ok", result, peak resident bytes of this process) or ("error", message)."""
     try:
         from faster_whisper import WhisperModel
 
@@ -93,7 +93,13 @@ def serve(connection, ct2_dir: str, device: str, threads: int) -> None:
         connection.send(("error", f"{type(error).__name__}: {error}"))
         return
     connection.send(("ok", None, 0))
-    while (request := connection.recv()) is not None:
+    while True:
+        try:
+            request = connection.recv()
+        except EOFError:  # the parent ended without saying so
+            return
+        if request is None:
+            return
         name, arguments = request
         try:
             result = _REQUESTS[name](models, **arguments)
