@@ -24,9 +24,9 @@ import numpy as np
 _GREEDY = dict(beam_size=1, temperature=0.0)  # faster-whisper's settings for greedy decoding, as ours
 
 
-def _clips(models: dict, groups: list[list[tuple[np.ndarray, str]]], batch_size: int, int8: bool,
+def _clips(models: dict, groups: list[list[tuple[np.ndarray, float, str]]], batch_size: int, int8: bool,
            task: str) -> tuple[list[list[int]], list[str]]:
-    """Tokens and texts of clips given in groups of up to batch_size (audio, language): a group
+    """Tokens and texts of clips given in groups of up to batch_size (audio, seconds, language): a group
     of one, or of mixed languages, through `transcribe` clip by clip; else the batched pipeline,
     given the group end to end as clips (`clip_timestamps`), so it decodes them together, one 30 s
     window each, as ours does."""
@@ -36,14 +36,14 @@ def _clips(models: dict, groups: list[list[tuple[np.ndarray, str]]], batch_size:
     settings = dict(task=task, without_timestamps=True, vad_filter=False, **_GREEDY)
     tokens, texts = [], []
     for group in groups:
-        if len(group) == 1 or len({language for _, language in group}) > 1:
+        if len(group) == 1 or len({language for _, _, language in group}) > 1:
             outputs = [list(model.transcribe(audio, language=language, condition_on_previous_text=False,
-                                             **settings)[0]) for audio, language in group]
+                                             **settings)[0]) for audio, _, language in group]
         else:
-            ends = np.cumsum([len(audio) / 16000 for audio, _ in group]).tolist()
+            ends = np.cumsum([seconds for _, seconds, _ in group]).tolist()
             clips = [{"start": start, "end": end} for start, end in zip([0.0] + ends[:-1], ends)]
             segments = list(BatchedInferencePipeline(model).transcribe(
-                np.concatenate([audio for audio, _ in group]), language=group[0][1], clip_timestamps=clips,
+                np.concatenate([audio for audio, _, _ in group]), language=group[0][2], clip_timestamps=clips,
                 batch_size=batch_size, **settings)[0])
             outputs = [[s for s in segments if clip["start"] <= s.start < clip["end"]] for clip in clips]
         for segments in outputs:

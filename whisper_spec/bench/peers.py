@@ -120,7 +120,8 @@ class FasterWhisperPeer:
     def run(self, utterances: list[Utterance], batch_size: int, *, speculative: bool, int8: bool, task: str,
             languages: list[str]):
         """Tokens and texts of the utterances (speculative: not offered by this peer)."""
-        groups = [[(utterances[i].audio, languages[i]) for i in rows] for rows in batches(len(utterances), batch_size)]
+        groups = [[(utterances[i].audio, utterances[i].seconds, languages[i]) for i in rows]
+                  for rows in batches(len(utterances), batch_size)]
         return self._request("clips", groups=groups, batch_size=batch_size, int8=int8, task=task)
 
     def transcribe_long(self, audio: np.ndarray, batch_size: int, *, int8: bool, language: str) -> str:
