@@ -170,8 +170,8 @@ def _time_repeat(configs: list[Config], blocks: list[range], execute, device: to
                  ) -> tuple[dict[str, Run], dict[str, list[float]]]:
     """One timed pass: every configuration runs on one block of utterances before the next block,
     so slow drifts of the machine's speed hit all configurations alike, and in an order shuffled block
-    by block (seeded by the block), so that what one configuration leaves behind (caches, a peer's
-    spinning threads) does not always fall on the same next one. Per configuration: what it
+    by block (seeded by the block), so that what one configuration leaves behind (caches, allocator
+    state) does not always fall on the same next one. Per configuration: what it
     produced, and its total, encoder and decoding seconds."""
     parts = {c.name: Run(stats=DecodingStats() if c.engine == "whisper-spec" else None) for c in configs}
     seconds = {c.name: [0.0, 0.0, 0.0] for c in configs}

@@ -74,7 +74,7 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
         "encoder_precision": encoder_precision(pair.main),
         "int8_kernel": None,
         "options": asdict(options),
-        # speculation="auto" drafts in rounds with at most this many rows x assistant frames (None: every round)
+        # speculation="auto" drafts in batches of at most this many rows x assistant frames (None: every batch)
         "auto_max_draft_frames": auto_max_draft_frames(pair.main),
         "data": {"source": None, **data, "utterances": len(utterances), "audio_seconds": sum(u.seconds for u in utterances),
                  "languages": sorted({language for language in languages})},
