@@ -1,7 +1,8 @@
 """Where drafting pays, measured in one run: the data behind
-decoding.AUTO_MAX_DRAFT_FRAMES for this CPU and the default decoders.
+decoding.AUTO_MAX_DRAFT_FRAMES for this device and the default decoders.
 
-One pair (the command line's defaults: int8 decoders and the shipped assistant on CPU). Per batch
+One pair (the command line's defaults: int8 decoders and the shipped assistant on CPU, float16 on
+CUDA). Per batch
 of clips, for each batch size: the batch is encoded once, then decoded main-only, drafting in every
 round and with the shipped auto rule, the policies in an order rotated batch by batch so that the
 machine's drifts weigh on all alike.
@@ -12,6 +13,7 @@ as the long-form pipeline decodes them (full windows: every row decodes for long
 
     python benchmarks/speculation_policy.py --batch-sizes 2,4 --output benchmarks/results/speculation_policy_amx_cpu.json
     python benchmarks/speculation_policy.py --set longform --batch-sizes 2,3,4 --output benchmarks/results/speculation_policy_longform_amx_cpu.json
+    python benchmarks/speculation_policy.py --batch-sizes 1,2,4 --device cuda --output benchmarks/results/gpu_h200_cuda_int8_unsplit/speculation_policy_h200.json
 """
 
 from __future__ import annotations
@@ -47,13 +49,15 @@ def main() -> int:
     parser.add_argument("--set", default="librispeech", help="manifest set (default: %(default)s)")
     parser.add_argument("--batch-sizes", default="2,4")
     parser.add_argument("--limit", type=int, default=None, help="first N utterances")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
 
     long_form = args.set == "longform"
     sets = ("longform", "unlabeled_longform") if long_form else (args.set,)
     rows = [r for r in manifest_rows() if r["set"] in sets][: args.limit]
-    pair = load_pair(**pair_args(build_parser().parse_args(["batch", "x", "-o", "y"])))
+    pair = load_pair(**pair_args(build_parser().parse_args(
+        ["batch", "x", "-o", "y"] + (["--device", args.device] if args.device else []))))
     clips = [load_audio(SPEECH / r["path"]) for r in rows]
     if long_form:  # consecutive windows of each recording, in English
         rows = [{"language": "en"} for clip in clips for _ in range(0, len(clip), N_SAMPLES)]

@@ -48,7 +48,8 @@ from .stats import DecodingStats
 # EPYC (AVX2) CPU, drafting in every round, on 78 LibriSpeech clips: float32 decoders 1.59x at
 # batch 1 (librispeech_row_int8_projection_cpu), 1.46x at 2 and 1.38x at 4
 # (librispeech_rows_on_row_int8_cpu); int8 decoders 1.24x, 1.15x and 1.09x, and long-form at batch 4
-# 1.01x (longform_b4_on_cpu.json). On CUDA 1.7x at batch 1 and 4 (gpu_h100/librispeech).
+# 1.01x (longform_b4_on_cpu.json). On an H200, float16, on the same encoded LibriSpeech batches:
+# 1.23x at batch 1, 1.14x at 2, 1.08x at 4 (gpu_h200_cuda_int8_unsplit/speculation_policy_h200.json).
 AUTO_MAX_DRAFT_FRAMES: dict[tuple[str, str], int] = {("cpu-amx", "int8"): 3 * 1500}
 
 

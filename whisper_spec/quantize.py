@@ -119,13 +119,14 @@ def _probe_kernel(device_type: str, dtype: torch.dtype) -> str:
 # base's output projection took longer for 5 rows than for 8 (7.56 against 6.59 ms, 4.24 for 4;
 # cpu_costs.json as committed in 07af8ac). Called with at most 4 rows at a time, every call shares out
 # the output channels instead. Each row's result is the same either way: the kernel computes a row
-# alike in any block (decoding's exactness rests on it already).
+# alike in any block (decoding's exactness rests on it already). The CUDA kernel shares its work out
+# by itself: there a split would only add launches.
 KERNEL_ROW_BLOCK = 4
 
 
 def int8pack_mm(x: Tensor, weight: Tensor, scales: Tensor) -> Tensor:
-    """x @ (weight * scales).T by the fused kernel, at most KERNEL_ROW_BLOCK rows a call."""
-    if len(x) <= KERNEL_ROW_BLOCK:
+    """x @ (weight * scales).T by the fused kernel; on CPU at most KERNEL_ROW_BLOCK rows a call."""
+    if len(x) <= KERNEL_ROW_BLOCK or not x.is_cpu:
         return torch.ops.aten._weight_int8pack_mm(x, weight, scales)
     return torch.cat([torch.ops.aten._weight_int8pack_mm(rows, weight, scales)
                       for rows in x.split(KERNEL_ROW_BLOCK)])
