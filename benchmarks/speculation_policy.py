@@ -3,8 +3,8 @@ decoding.AUTO_MAX_DRAFT_FRAMES for this device and the default decoders.
 
 One pair (the command line's defaults: the shipped assistant, int8 decoders on CPU, float16 on
 CUDA). Per batch of clips, for each batch size: the batch is encoded once, then decoded main-only,
-drafting in every round and with the shipped auto rule, the policies in an order rotated batch by batch so that the
-machine's drifts weigh on all alike.
+drafting in every round and with the shipped auto rule, the policies in an order rotated batch by
+batch so that the machine's drifts weigh on all alike.
 Reports decoding seconds per policy and batch size, each policy over main-only, and whether every
 policy's tokens equal main-only's (they must: a policy only decides when the assistant drafts).
 --set longform: the long-form recordings cut into consecutive 30 s windows, decoded with timestamps
