@@ -1,0 +1,125 @@
+"""What a speculative round costs inside the decode loop at batch 1, and how many tokens a round
+of that cost must yield for a target speedup: the measurement behind the README's account of why
+int8 decoders gain less from drafting than float32 ones.
+
+For each decoder precision (the CPU default, int8 decoders, and float32), with the shipped
+assistant: each LibriSpeech clip is encoded once, then decoded main-only and drafting in every
+round (the order alternating clip by clip), with decoding.draft and decoding.verify timed by the
+host clock (so CPU only: on CUDA it would time launches). Reports per precision: main-only ms per
+token; per round the verification's and the drafts' ms, assistant steps and tokens; the speedup in
+decoding seconds; and the tokens per round that rounds of these costs would need for --target.
+
+    python benchmarks/round_budget.py --clips 40 --output benchmarks/results/round_budget_amx_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from _common import SPEECH, manifest_rows, write_report
+from tqdm import tqdm
+
+import whisper_spec.decoding as decoding
+from whisper_spec.audio import batch_features, load_audio
+from whisper_spec.bench.metrics import machine_info
+from whisper_spec.cli.main import pair_args
+from whisper_spec.cli.parser import build_parser
+from whisper_spec.encoding import encode
+from whisper_spec.load import load_pair
+from whisper_spec.options import DecodingOptions
+from whisper_spec.pair import decoder_precision
+from whisper_spec.stats import DecodingStats
+
+PARTS = ("draft", "verify")  # the functions of decoding's round that are timed
+
+
+@contextlib.contextmanager
+def timed_parts(seconds: dict[str, float]):
+    """decoding's round parts wrapped to add their host seconds to `seconds` (speculative_decode
+    looks them up at each call, so the wrappers take effect), restored after."""
+    originals = {name: getattr(decoding, name) for name in PARTS}
+
+    def timed(name, function):
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                seconds[name] += time.perf_counter() - start
+        return call
+
+    for name, function in originals.items():
+        setattr(decoding, name, timed(name, function))
+    try:
+        yield
+    finally:
+        for name, function in originals.items():
+            setattr(decoding, name, function)
+
+
+def measure(pair, mels: list[torch.Tensor], target: float, label: str) -> dict:
+    modes = {"main-only": "off", "drafting": "on"}
+    seconds = {mode: defaultdict(float) for mode in modes}
+    stats = {mode: DecodingStats() for mode in modes}
+    tokens_equal = True
+    with torch.inference_mode():
+        encode(pair, mels[0], None, DecodingStats())
+        decoding.decode_encoded(pair, 1, DecodingOptions(speculation="on"), languages=["en"])  # warm-up
+        for i, mel in enumerate(tqdm(mels, desc=label, unit="clip")):
+            encode(pair, mel, None, DecodingStats())
+            tokens = {}
+            for mode in (list(modes) if i % 2 == 0 else list(modes)[::-1]):
+                with timed_parts(seconds[mode]):
+                    results, clip_stats = decoding.decode_encoded(
+                        pair, 1, DecodingOptions(speculation=modes[mode]), languages=["en"])
+                stats[mode].add(clip_stats)
+                tokens[mode] = results[0].tokens
+            tokens_equal &= tokens["main-only"] == tokens["drafting"]
+    main_only, drafting = stats["main-only"], stats["drafting"]
+    rounds = drafting.main_forwards
+    ms_per_token = 1000 * main_only.decoding_seconds / main_only.main_forwards
+    round_ms = 1000 * drafting.decoding_seconds / rounds
+    return {
+        "main_decoder": decoder_precision(pair.main),
+        "main_only": {"decoding_seconds": round(main_only.decoding_seconds, 3), "main_forwards": main_only.main_forwards,
+                      "ms_per_token": round(ms_per_token, 3)},
+        "drafting": {"decoding_seconds": round(drafting.decoding_seconds, 3), "rounds": rounds,
+                     "acceptance": round(drafting.acceptance, 4),
+                     "tokens_per_round": round(drafting.generated / rounds, 3),
+                     "assistant_steps_per_round": round(drafting.assistant_forwards / rounds, 3),
+                     "round_ms": round(round_ms, 3),
+                     "verify_ms_per_round": round(1000 * seconds["drafting"]["verify"] / rounds, 3),
+                     "draft_ms_per_round": round(1000 * seconds["drafting"]["draft"] / rounds, 3),
+                     "draft_ms_per_assistant_step": round(1000 * seconds["drafting"]["draft"] / drafting.assistant_forwards, 3)},
+        "speedup": round(main_only.decoding_seconds / drafting.decoding_seconds, 3),
+        # a round yields its tokens for round_ms; main-only pays ms_per_token for each
+        "verify_in_one_token_steps": round(1000 * seconds["drafting"]["verify"] / rounds / ms_per_token, 3),
+        "target": target,
+        "tokens_per_round_for_target": round(target * round_ms / ms_per_token, 3),
+        "identical_to_main_only": tokens_equal,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clips", type=int, default=40, help="LibriSpeech clips (default: %(default)s)")
+    parser.add_argument("--target", type=float, default=1.5, help="speedup in decoding seconds (default: %(default)s)")
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args()
+
+    rows = [r for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
+    report = {"machine": machine_info(torch.device("cpu")), "clips": len(rows), "batch_size": 1, "precisions": {}}
+    for label, flags in {"int8 (default)": [], "float32": ["--no-int8"]}.items():
+        pair = load_pair(**pair_args(build_parser().parse_args(["batch", "x", "-o", "y", "--device", "cpu", *flags])))
+        mels = [batch_features([load_audio(SPEECH / r["path"])], pair.main.dims.n_mels) for r in rows]
+        report["precisions"][label] = measure(pair, mels, args.target, label)
+    return write_report(report, args.output)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
