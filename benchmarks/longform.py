@@ -29,12 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import soundfile
 import torch
-from _common import SPEECH, manifest_rows, progress, write_report
+from _common import SPEECH, last_speech, long_recordings, manifest_rows, progress, write_report
 
-from whisper_spec.audio import SAMPLE_RATE, load_audio
+from whisper_spec.audio import load_audio
 from whisper_spec.bench.metrics import machine_info, word_error_rate
 from whisper_spec.bench.peers import load_peers
 from whisper_spec.load import default_precision, load_pair
@@ -56,11 +54,7 @@ def main() -> int:
     args = parser.parse_args()
 
     workdir = tempfile.TemporaryDirectory()
-    if args.recordings == "longform":
-        files = [r | {"language": "en"} for r in manifest_rows() if r["set"] in ("longform", "unlabeled_longform")]
-        paths = [SPEECH / r["path"] for r in files]
-    else:
-        files, paths = _joined_fleurs(Path(workdir.name))
+    files, paths = long_recordings(args.recordings, Path(workdir.name))
     languages = {str(path): f["language"] for path, f in zip(paths, files)}
     assistant = args.assistant or default_assistant(args.model)
     if assistant is None:
@@ -122,7 +116,7 @@ def main() -> int:
                 drafted = sum(s.drafted for s in stats)
                 row["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
                 row["last_segment_end_minus_last_speech"] = {
-                    path.name: round((r.segments[-1].end if r.segments else 0.0) - _last_speech(path), 2)
+                    path.name: round((r.segments[-1].end if r.segments else 0.0) - last_speech(path), 2)
                     for path, r in zip(paths, results[name])}
             entry["configurations"][name] = row
         for precision in pairs:
@@ -137,30 +131,6 @@ def main() -> int:
     for peer in peers.values():
         peer.close()
     return write_report(report, args.output)
-
-
-def _joined_fleurs(folder: Path) -> tuple[list[dict], list[Path]]:
-    """Each language's FLEURS clips joined end to end, half a second of silence between them, as
-    one recording written to folder; its reference the clips' texts joined."""
-    rows = manifest_rows()
-    files, paths = [], []
-    for language in ("de", "es", "fr", "pt", "en"):
-        clips = [r for r in rows if r["set"] == f"fleurs_{language}"]
-        gap = np.zeros(SAMPLE_RATE // 2, dtype=np.float32)
-        audio = np.concatenate([part for r in clips for part in (load_audio(str(SPEECH / r["path"])), gap)])
-        path = folder / f"fleurs_{language}_joined.wav"
-        soundfile.write(path, audio, SAMPLE_RATE)
-        files.append({"language": language, "text": " ".join(r["text"] for r in clips),
-                      "duration_s": len(audio) / SAMPLE_RATE})
-        paths.append(path)
-    return files, paths
-
-
-def _last_speech(path: Path) -> float:
-    """Seconds to the end of the last 10 ms holding a sample above 0.02 (-34 dBFS)."""
-    audio = load_audio(str(path))
-    loud = np.flatnonzero(np.abs(audio) > 0.02)
-    return float(-(-(loud[-1] + 1) // (SAMPLE_RATE // 100)) / 100) if len(loud) else 0.0
 
 
 def _seams(pair, options: DecodingOptions, files: list[dict], stitched: list[str]) -> dict:
