@@ -11,6 +11,9 @@ import numpy as np
 import soundfile
 
 from whisper_spec.audio import SAMPLE_RATE, load_audio
+from whisper_spec.cli.main import pair_args
+from whisper_spec.cli.parser import build_parser
+from whisper_spec.load import load_pair
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 # WHISPER_SPEC_SPEECH: a copy of the speech folder elsewhere (a GPU machine that ../shared does not reach)
@@ -19,6 +22,12 @@ SPEECH = Path(os.environ.get("WHISPER_SPEC_SPEECH", SHARED / "speech"))
 
 def manifest_rows() -> list[dict]:
     return [json.loads(line) for line in (SPEECH / "manifest.jsonl").read_text().splitlines() if line.strip()]
+
+
+def command_line_pair(*flags: str):
+    """The model pair the command line loads with these flags (`whisper-spec batch ... FLAGS`; its
+    defaults otherwise): what a user gets."""
+    return load_pair(**pair_args(build_parser().parse_args(["batch", "x", "-o", "y", *flags])))
 
 
 def write_report(report: dict, output: Path | None) -> int:

@@ -22,12 +22,9 @@ import time
 from pathlib import Path
 
 import torch
-from _common import last_speech, long_recordings, progress, write_report
+from _common import command_line_pair, last_speech, long_recordings, progress, write_report
 
 from whisper_spec.bench.metrics import machine_info, word_error_rate
-from whisper_spec.cli.main import pair_args
-from whisper_spec.cli.parser import build_parser
-from whisper_spec.load import load_pair
 from whisper_spec.options import ChunkingOptions, DecodingOptions
 from whisper_spec.pipeline import transcribe
 
@@ -43,7 +40,7 @@ def main() -> int:
     workdir = tempfile.TemporaryDirectory()
     files, paths = long_recordings(args.recordings, Path(workdir.name))
     languages = {str(path): f["language"] for path, f in zip(paths, files)}
-    pair = load_pair(**pair_args(build_parser().parse_args(["batch", "x", "-o", "y", "--device", "cpu"])))
+    pair = command_line_pair("--device", "cpu")
     options = DecodingOptions()
     overlaps = [float(o) for o in args.overlaps.split(",")]
     labeled = [i for i, f in enumerate(files) if f["text"]]

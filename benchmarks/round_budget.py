@@ -21,16 +21,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from _common import SPEECH, manifest_rows, write_report
+from _common import SPEECH, command_line_pair, manifest_rows, write_report
 from tqdm import tqdm
 
 import whisper_spec.decoding as decoding
 from whisper_spec.audio import batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info
-from whisper_spec.cli.main import pair_args
-from whisper_spec.cli.parser import build_parser
 from whisper_spec.encoding import encode
-from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import decoder_precision
 from whisper_spec.stats import DecodingStats
@@ -115,7 +112,7 @@ def main() -> int:
     rows = [r for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
     report = {"machine": machine_info(torch.device("cpu")), "clips": len(rows), "batch_size": 1, "precisions": {}}
     for label, flags in {"int8 (default)": [], "float32": ["--no-int8"]}.items():
-        pair = load_pair(**pair_args(build_parser().parse_args(["batch", "x", "-o", "y", "--device", "cpu", *flags])))
+        pair = command_line_pair("--device", "cpu", *flags)
         mels = [batch_features([load_audio(SPEECH / r["path"])], pair.main.dims.n_mels) for r in rows]
         report["precisions"][label] = measure(pair, mels, args.target, label)
     return write_report(report, args.output)

@@ -21,16 +21,13 @@ import argparse
 from pathlib import Path
 
 import torch
-from _common import SPEECH, manifest_rows, write_report
+from _common import SPEECH, command_line_pair, manifest_rows, write_report
 from tqdm import tqdm
 
 from whisper_spec.audio import N_SAMPLES, batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info
-from whisper_spec.cli.main import pair_args
-from whisper_spec.cli.parser import build_parser
 from whisper_spec.decoding import auto_max_draft_frames, decode_encoded
 from whisper_spec.encoding import encode
-from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import decoder_precision
 from whisper_spec.stats import DecodingStats
@@ -55,8 +52,7 @@ def main() -> int:
     long_form = args.set == "longform"
     sets = ("longform", "unlabeled_longform") if long_form else (args.set,)
     rows = [r for r in manifest_rows() if r["set"] in sets][: args.limit]
-    pair = load_pair(**pair_args(build_parser().parse_args(
-        ["batch", "x", "-o", "y"] + (["--device", args.device] if args.device else []))))
+    pair = command_line_pair(*(["--device", args.device] if args.device else []))
     clips = [load_audio(SPEECH / r["path"]) for r in rows]
     if long_form:  # consecutive windows of each recording, in English
         rows = [{"language": "en"} for clip in clips for _ in range(0, len(clip), N_SAMPLES)]
