@@ -160,9 +160,8 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
     bar.close()
     for config in configs:
         # a peer in a process of its own (faster-whisper): that process's peak, not this one's
-        own_peak = getattr(peers.get(config.engine), "peak_memory_bytes", None)
-        if own_peak:
-            runs[config.name].peak_memory_bytes = own_peak
+        if config.engine in peers and peers[config.engine].peak_memory_bytes:
+            runs[config.name].peak_memory_bytes = peers[config.engine].peak_memory_bytes
     return runs, configs, languages
 
 

@@ -34,6 +34,8 @@ def _quiet_transformers():
 class TransformersPeer:
     """transformers' generate on the same main model (and the assistant exported as WhisperForCausalLM)."""
 
+    peak_memory_bytes = None  # runs in the benchmark's process: measured there, as ours
+
     def __init__(self, pair: WhisperPair, workdir: Path):
         from transformers import WhisperForCausalLM, WhisperForConditionalGeneration
 
