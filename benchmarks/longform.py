@@ -56,6 +56,7 @@ def main() -> int:
     workdir = tempfile.TemporaryDirectory()
     files, paths = long_recordings(args.recordings, Path(workdir.name))
     languages = {str(path): f["language"] for path, f in zip(paths, files)}
+    ends = {path.name: last_speech(path) for path in paths}  # read once, not per configuration and batch size
     assistant = args.assistant or default_assistant(args.model)
     if assistant is None:
         parser.error(f"{args.model} has no distilled assistant: give --assistant")
@@ -116,7 +117,7 @@ def main() -> int:
                 drafted = sum(s.drafted for s in stats)
                 row["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
                 row["last_segment_end_minus_last_speech"] = {
-                    path.name: round((r.segments[-1].end if r.segments else 0.0) - last_speech(path), 2)
+                    path.name: round((r.segments[-1].end if r.segments else 0.0) - ends[path.name], 2)
                     for path, r in zip(paths, results[name])}
             entry["configurations"][name] = row
         for precision in pairs:
