@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from whisper_spec.cli.parser import PROG, build_parser
-from whisper_spec.options import BenchOptions, ChunkingOptions, DecodingOptions, DistillOptions
+from whisper_spec.options import BenchOptions, ChunkingOptions, DecodingOptions, DistillOptions, temperature_schedule
 
 
 def _error(message: str) -> None:
@@ -75,12 +75,19 @@ def _formats(args) -> list[str]:
     return list(FORMATS) if "all" in formats else list(dict.fromkeys(formats))
 
 
+def _temperatures(args) -> tuple[float, ...]:
+    """--temperature's list, or its one value and the fallbacks --temperature-increment-on-fallback adds."""
+    if len(args.temperature) > 1:
+        return args.temperature
+    return temperature_schedule(args.temperature[0], args.temperature_increment_on_fallback)
+
+
 def _setup(args, formats: list[str], load: bool = True):
     """Decoding and chunking options, checked, then the model pair (None unless load) and a note printer."""
     timestamps = args.timestamps if args.timestamps is not None else any(f in ("srt", "vtt") for f in formats)
     note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
     options = _options(
-        DecodingOptions, task=args.task, language=args.language, temperature=args.temperature, timestamps=timestamps,
+        DecodingOptions, task=args.task, language=args.language, temperature=_temperatures(args), timestamps=timestamps,
         draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, adaptive_draft=args.adaptive_draft,
         speculation=args.speculation, seed=args.seed, cuda_graphs=args.cuda_graphs,
         compile_drafts=args.compile_drafts, word_timestamps=args.word_timestamps or args.max_words_per_line is not None,

@@ -13,6 +13,7 @@ from whisper_spec.options import (
     DTYPES,
     ENCODER_PRECISIONS,
     LONG_RECORDING_SECONDS,
+    TEMPERATURE_INCREMENT,
     BenchOptions,
     ChunkingOptions,
     DecodingOptions,
@@ -40,6 +41,17 @@ def positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 1")
     return number
+
+
+def _temperatures(value: str) -> tuple[float, ...]:
+    """An argparse type: comma-separated temperatures of at least 0."""
+    try:
+        temperatures = tuple(float(t) for t in value.split(","))
+    except ValueError:
+        temperatures = ()
+    if not temperatures or any(t < 0 for t in temperatures):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a temperature >= 0 or a comma-separated list of them")
+    return temperatures
 
 
 def _optional_float(value: str) -> float | None:
@@ -98,9 +110,16 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("decoding")
     group.add_argument("--language", "-l", default=None, help="language code such as en, de, nl (default: detect)")
     group.add_argument("--task", choices=("transcribe", "translate"), default=DecodingOptions.task)
-    group.add_argument("--temperature", type=float, default=DecodingOptions.temperature,
-                       help="0 for greedy (default: %(default)s)")
-    group.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    group.add_argument("--temperature", type=_temperatures, default=f"{DecodingOptions.temperature[0]:g}", metavar="T[,T...]",
+                       help="the temperature every window is decoded at (0: greedy), or the comma-separated "
+                            "list to try in turn, a window's text failing the thresholds below going on to the "
+                            "next (default: %(default)s, then up by --temperature-increment-on-fallback)")
+    group.add_argument("--temperature-increment-on-fallback", type=_optional_float, default=TEMPERATURE_INCREMENT,
+                       metavar="STEP",
+                       help="after a single --temperature, the fallback temperatures rise by this up to 1; "
+                            "'none' or 0: no fallback (default: %(default)s)")
+    group.add_argument("--seed", type=int, default=DecodingOptions.seed,
+                       help="sampling seed, mixed with each window's own (default: %(default)s)")
     group.add_argument("--batch-size", "-b", type=positive_int, default=BATCH_SIZE,
                        help="30 s windows decoded together (default: %(default)s)")
     _add_draft_options(group)
@@ -116,13 +135,14 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
                             "at most --logprob-threshold, yields no text; 'none': never (default: %(default)s)")
     group.add_argument("--logprob-threshold", type=_optional_float, default=DecodingOptions.logprob_threshold,
                        metavar="LOGPROB",
-                       help="see --no-speech-threshold; 'none': the no-speech probability alone decides "
+                       help="see --no-speech-threshold and --compression-ratio-threshold; 'none': the no-speech "
+                            "probability alone decides, and no fallback for doubt "
                             "(default: %(default)s)")
     group.add_argument("--compression-ratio-threshold", type=_optional_float,
                        default=DecodingOptions.compression_ratio_threshold, metavar="RATIO",
-                       help="a text that compresses better than this (a loop) does not save a window from the "
-                            "no-speech rule, and in long audio keeps each of its segments once; 'none': neither "
-                            "(default: %(default)s)")
+                       help="a window whose text compresses better than this (a loop), or whose average "
+                            "log-probability is below --logprob-threshold, is decoded at the next temperature; "
+                            "'none': no such test (default: %(default)s)")
     group.add_argument("--chunk-length", type=float, default=ChunkingOptions.chunk_length,
                        help="seconds per window for audio longer than one window (default: %(default)s)")
     group.add_argument("--overlap", type=float, default=ChunkingOptions.overlap,

@@ -1,4 +1,5 @@
-"""Speculative sampling follows the main model's distribution (modified rejection sampling)."""
+"""Sampling follows the main model's distribution, and speculative sampling keeps the very tokens
+main-only sampling draws from the same seeds (decoding.sample_tokens); temperature fallback."""
 
 from dataclasses import replace
 
@@ -43,15 +44,19 @@ def exact_joint(model, mel, prompt):
 
 
 def sample_pairs(pair, mel, use_assistant, seed):
-    counts = {}
+    """{(x1, x2 or None): count} of ROWS x REPEATS samples, each row a window seed of its own, and
+    the samples in order."""
+    counts, samples = {}, []
     for repeat in range(REPEATS):
         options = DecodingOptions(speculation="on", language="en", temperature=TEMPERATURE, max_length=6, draft_tokens=3,
                                   draft_confidence=0, seed=seed + repeat)
-        results, stats = decode_windows(pair, mel.expand(ROWS, -1, -1), options, use_assistant=use_assistant)
+        results, stats = decode_windows(pair, mel.expand(ROWS, -1, -1), options, seeds=list(range(ROWS)),
+                                        use_assistant=use_assistant)
         for r in results:
             key = (r.tokens[0], r.tokens[1]) if len(r.tokens) >= 2 else (r.tokens[0] if r.tokens else 50, None)
             counts[key] = counts.get(key, 0) + 1
-    return counts
+            samples.append(r.tokens)
+    return counts, samples
 
 
 def chi_square_p_value(counts, expected_probs, n):
@@ -100,15 +105,15 @@ def test_speculative_sampling_matches_main_distribution(draft_vocab):
     # the assistant's own distribution is far from the main's: accepting drafts blindly would fail
     assert total_variation({k: v * n for k, v in drafts_only.items()}, exact, n) > 0.15
 
-    speculative = sample_pairs(pair, mel, use_assistant=True, seed=100)
-    main_only = sample_pairs(pair, mel, use_assistant=False, seed=200)
+    speculative, drafted_tokens = sample_pairs(pair, mel, use_assistant=True, seed=100)
+    main_only, main_tokens = sample_pairs(pair, mel, use_assistant=False, seed=100)
+    # the same seeds draw the same tokens with or without drafts, though the assistant is poor
+    assert drafted_tokens == main_tokens
     p_spec, df = chi_square_p_value(speculative, exact, n)
-    p_main, _ = chi_square_p_value(main_only, exact, n)
     # tolerance: a 0.1% significance level (fixed seeds make the outcome deterministic)
-    assert p_spec > 1e-3, f"speculative samples do not follow the main distribution (p={p_spec:.2g}, df={df})"
-    assert p_main > 1e-3, f"main-only samples do not follow the main distribution (p={p_main:.2g})"
-    # and it is no further from the exact distribution than main-only sampling is (sampling noise)
-    assert total_variation(speculative, exact, n) < 1.2 * total_variation(main_only, exact, n) + 0.02
+    assert p_spec > 1e-3, f"samples do not follow the main distribution (p={p_spec:.2g}, df={df})"
+    other_seed, _ = sample_pairs(pair, mel, use_assistant=False, seed=200)
+    assert other_seed != main_only  # another seed, other draws
     drafted_p, _ = chi_square_p_value({k: round(v * n) for k, v in drafts_only.items()}, exact, n)
     assert drafted_p < 1e-6, "the chi-square test has no power against the assistant's distribution"
 

@@ -6,16 +6,20 @@ prefix plus the main model's next token. Rows never wait for each other: every r
 length, its own positions and (through the position-masked static cache) its own rollback.
 
 Greedy: a draft is accepted when it equals the main model's argmax, so the output is the main
-model's own greedy output token for token. Sampling: the modified rejection rule (accept with
-probability min(1, p/q), otherwise resample from norm(max(0, p - q))) keeps the output
-distribution the main model's.
+model's own greedy output token for token. Sampling: the token at each position is drawn from the
+main model's distribution by inverting its cumulative distribution at a uniform number fixed by the
+window's seed and the position (sample_tokens), and a draft is accepted when it equals that token:
+the output is a sample of the main model's distribution and, for a seed, the same tokens whether or
+not an assistant drafted (the assistant draws at the same numbers, so its drafts mostly agree).
 
 The same loop with no assistant (k = 0) is plain main-only decoding, so both share every rule.
+decode_encoded runs it once per temperature a window needs (DecodingOptions.temperature).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import time
 import warnings
 import zlib
@@ -89,8 +93,9 @@ class WindowResult:
     stats: DecodingStats  # this row's counts; times are the batch's, shared equally by its rows
     no_speech: bool = False  # judged silent by the no-speech rule (DecodingOptions): no text
     no_speech_prob: float | None = None  # None where the rule is off
-    avg_logprob: float | None = None  # computed only where no_speech_prob passes its threshold
+    avg_logprob: float | None = None  # computed where a verdict needs it (needs_fallback, the no-speech rule)
     compression_ratio: float = 0.0  # of the text (compression_ratio): above its threshold, the text loops
+    temperature: float = 0.0  # of the decoding pass whose text this is
 
 
 def _window(tokens: Tensor, start: Tensor, width: int) -> tuple[Tensor, Tensor]:
@@ -108,27 +113,40 @@ def accept_greedy(target: Tensor, drafts: Tensor, eligible: Tensor) -> tuple[Ten
     return n_accepted, target.gather(1, n_accepted[:, None])[:, 0]
 
 
-def accept_sampled(p: Tensor, q: Tensor | None, drafts: Tensor, eligible: Tensor, generator) -> tuple[Tensor, Tensor]:
-    """Modified rejection sampling per row: draft i is kept with probability min(1, p/q) while all
-    before it were; the next token comes from norm(max(0, p - q)) at the first rejection, or from p
-    after the last eligible draft. p: [batch, k + 1, vocab] main probabilities; q: [batch, k, vocab]
-    the assistant's (None when k = 0)."""
-    batch, k = drafts.shape
-    rows = torch.arange(batch, device=p.device)
-    n_accepted = torch.zeros(batch, dtype=torch.long, device=p.device)
-    if k:
-        p_draft = p[:, :k].gather(2, drafts[..., None])[..., 0]
-        q_draft = q.gather(2, drafts[..., None])[..., 0]
-        u = torch.rand(batch, k, device=p.device, generator=generator)
-        n_accepted = ((u * q_draft < p_draft) & eligible).long().cumprod(dim=1).sum(dim=1)
-    p_next = p[rows, n_accepted]
-    rejected = n_accepted < eligible.sum(dim=1)
-    if bool(rejected.any()):
-        residual = (p_next - q[rows, n_accepted.clamp(max=k - 1)]).clamp(min=0)
-        mass = residual.sum(dim=-1, keepdim=True)
-        residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p_next)
-        p_next = torch.where(rejected[:, None], residual, p_next)
-    return n_accepted, torch.multinomial(p_next, 1, generator=generator)[:, 0]
+_UINT32 = 0xFFFFFFFF
+
+
+def _mul32(x: Tensor, constant: int) -> Tensor:
+    """x * constant modulo 2**32, for x in [0, 2**32), in halves so that int64 never overflows."""
+    return (x * (constant & 0xFFFF) + (((x * (constant >> 16)) & 0xFFFF) << 16)) & _UINT32
+
+
+def _hash32(x: Tensor) -> Tensor:
+    """An integer hash of 32-bit values (Wellons' lowbias32) whose outputs pass as independent
+    uniform draws: counter-based randomness, the same on every device and in any batch."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def position_uniforms(seeds: Tensor, positions: Tensor) -> Tensor:
+    """A uniform number in (0, 1) per (seed, token position): what sampling draws at a position."""
+    key = _hash32((_hash32(seeds & _UINT32) + positions) & _UINT32)
+    return ((key >> 9).float() + 0.5) / 2**23  # exact in float32, never 0 or 1
+
+
+def sample_tokens(logits: Tensor, temperature: float, uniforms: Tensor) -> Tensor:
+    """Per row, the token where the cumulative distribution softmax(logits / temperature) first
+    exceeds the row's uniform number (inverse transform sampling): distributed as the model's, and
+    a function of the logits and the number alone, so a position scored in either mode gives the
+    same token. logits: [n, vocab]; uniforms: [n]."""
+    cumulative = torch.softmax(logits / temperature, dim=-1).cumsum(dim=-1)
+    # times the total rather than 1, as the float sum may fall short of 1; the first index reaching
+    # the target is always a token of positive probability
+    targets = (uniforms * cumulative[:, -1])[:, None]
+    return torch.searchsorted(cumulative, targets)[:, 0]
 
 
 @torch.inference_mode()
@@ -139,17 +157,21 @@ def decode_windows(
     *,
     assistant_mel: Tensor | None = None,
     languages: list[str | None] | None = None,
+    seeds: list[int] | None = None,
     use_assistant: bool = True,
 ) -> tuple[list[WindowResult], DecodingStats]:
     """Decode a batch of 30 s windows.
 
     mel: [batch, n_mels, 3000] features for the main model; assistant_mel: the assistant's own
     features where it has its own encoder with other mel settings. languages: per row, overriding
-    options.language (None: detect). use_assistant=False decodes with the main model alone.
+    options.language (None: detect). seeds: per row, the window's own seed for sampling, mixed with
+    options.seed (the pipeline's: a hash of the window's samples, so a window samples alike in any
+    batch; default 0). use_assistant=False decodes with the main model alone.
     """
     stats = DecodingStats(windows=mel.shape[0])
     encode(pair, mel, assistant_mel, stats)
-    return decode_encoded(pair, mel.shape[0], options, languages=languages, use_assistant=use_assistant, stats=stats)
+    return decode_encoded(pair, mel.shape[0], options, languages=languages, seeds=seeds, use_assistant=use_assistant,
+                          stats=stats)
 
 
 @torch.inference_mode()
@@ -159,16 +181,78 @@ def decode_encoded(
     options: DecodingOptions = DecodingOptions(),
     *,
     languages: list[str | None] | None = None,
+    seeds: list[int] | None = None,
     use_assistant: bool = True,
     stats: DecodingStats | None = None,
 ) -> tuple[list[WindowResult], DecodingStats]:
-    """decode_windows after `encode`: the decoders' cross-attention already holds the batch."""
-    main, device = pair.main, pair.device
-    assistant = pair.assistant if use_assistant else None
+    """decode_windows after `encode`: the decoders' cross-attention already holds the batch.
+
+    Every window is decoded at the first temperature; a window whose text fails (needs_fallback)
+    is decoded again at the next one, alone with the others that failed, until one passes or the
+    temperatures run out (best_attempt). The verdicts are the main model's (its tokens and
+    probabilities), so both modes decode the same windows again and keep the same texts."""
     stats = stats or DecodingStats(windows=batch)
     languages = list(languages) if languages is not None else [options.language] * batch
-    if len(languages) != batch:
-        raise ValueError(f"{len(languages)} languages for {batch} windows")
+    seeds = list(seeds) if seeds is not None else [0] * batch
+    if len(languages) != batch or len(seeds) != batch:
+        raise ValueError(f"{len(languages)} languages and {len(seeds)} seeds for {batch} windows")
+    first_temperature, *fallbacks = options.temperature
+    attempts = [[r] for r in _decode_pass(pair, batch, options, first_temperature, languages, seeds, use_assistant,
+                                          stats)]
+    decoders = [model.decoder for model in (pair.main, pair.assistant if use_assistant else None) if model is not None]
+    retry = [i for i, tried in enumerate(attempts) if needs_fallback(tried[-1], options)]
+    for temperature in fallbacks:
+        if not retry:
+            break
+        # graphs off: a capture for each such batch would cost more than its steps save
+        pass_stats = DecodingStats(fallbacks=len(retry))
+        with _RowsKept(decoders) as kept:
+            kept.keep(torch.tensor(retry, device=pair.device))
+            results = _decode_pass(pair, len(retry), replace(options, cuda_graphs=False), temperature,
+                                   [attempts[i][0].language for i in retry], [seeds[i] for i in retry],
+                                   use_assistant, pass_stats)
+        stats.add(pass_stats)
+        for i, result in zip(retry, results):
+            attempts[i].append(result)
+        retry = [i for i in retry if needs_fallback(attempts[i][-1], options)]
+    return [best_attempt(tried, options) for tried in attempts], stats
+
+
+def needs_fallback(result: WindowResult, options: DecodingOptions) -> bool:
+    """openai-whisper's verdict: the text loops (compression ratio) or the main model doubts it
+    (average log-probability), and the window is not silent (no-speech probability) as well."""
+    doubtful = (options.logprob_threshold is not None and result.avg_logprob is not None
+                and result.avg_logprob < options.logprob_threshold)
+    loops = options.compression_ratio_threshold is not None and result.compression_ratio > options.compression_ratio_threshold
+    silent = (doubtful and options.no_speech_threshold is not None and result.no_speech_prob is not None
+              and result.no_speech_prob > options.no_speech_threshold)
+    return (loops or doubtful) and not silent
+
+
+def best_attempt(attempts: list[WindowResult], options: DecodingOptions) -> WindowResult:
+    """The last attempt where it passed; where every temperature failed, faster-whisper's choice:
+    the most probable (average log-probability) of the texts that do not loop, else of all. Its
+    stats count every attempt's work."""
+    chosen = attempts[-1]
+    if needs_fallback(chosen, options):
+        threshold = options.compression_ratio_threshold
+        unlooped = [a for a in attempts if threshold is None or a.compression_ratio <= threshold]
+        chosen = max(unlooped or attempts, key=lambda a: a.avg_logprob if a.avg_logprob is not None else -math.inf)
+    if len(attempts) == 1:
+        return chosen
+    stats = DecodingStats()
+    for attempt in attempts:
+        stats.add(attempt.stats)
+    stats.windows, stats.fallbacks = 1, len(attempts) - 1
+    return replace(chosen, stats=stats)
+
+
+def _decode_pass(pair: WhisperPair, batch: int, options: DecodingOptions, temperature: float,
+                 languages: list[str | None], seeds: list[int], use_assistant: bool, stats: DecodingStats
+                 ) -> list[WindowResult]:
+    """One decoding of every row of the batch at this temperature (0: greedy)."""
+    main, device = pair.main, pair.device
+    assistant = pair.assistant if use_assistant else None
     languages = [main.special.language_code(language) for language in languages]
     max_length = min(options.max_length or main.dims.n_text_ctx, main.dims.n_text_ctx)
     # one cache length for main-only and speculative decoding: attention spans the whole cache, so
@@ -189,42 +273,57 @@ def decode_encoded(
     if not main.special.multilingual:
         languages = ["en"] * batch
     with _LiveRows(decoders, batch, device, row_invariant) as live:
-        context = _context(main, assistant, options, languages, n_ctx, max_length, device, live)
+        context = _context(main, assistant, options, temperature, seeds, languages, n_ctx, max_length, device, live)
         state = _initial_state(context, languages)
         if after_sot is not None and context.judges_silence:
             read_no_speech(context, state, after_sot)
         speculative_decode(context, state, stats)
     synchronize(device)
     stats.decoding_seconds += time.perf_counter() - start_time
-    return _results(state, context, languages, stats), stats
+    return _results(state, context, languages, stats)
 
 
-class _LiveRows:
-    """The rows the decoders compute. With row-invariant kernels (model.Decoder.row_invariant)
-    finished rows leave the decoders' batch rather than run until the longest row ends: a row's
-    results do not depend on which rows run beside it. On exit, normal or not, the full caches and
-    cross-attention states are put back, so the next call neither reallocates the caches nor misses
-    a row's audio. Without, every row stays (fixed shapes)."""
+class _RowsKept:
+    """Some rows of the batch in the decoders' caches and cross-attention states; on exit, normal or
+    not, every row's are put back, so the next call neither reallocates the caches nor misses a
+    row's audio."""
 
-    def __init__(self, decoders: list, batch: int, device: torch.device, row_invariant: bool):
-        self.decoders, self.batch = decoders, batch
-        self.alive = torch.arange(batch, device=device) if row_invariant else None
-        self._full = [(block.attn.kv_cache, block.attn.kv_cache.k, block.attn.kv_cache.v, block.cross_attn,
-                       block.cross_attn.cross_kv) for decoder in decoders for block in decoder.blocks]
+    def __init__(self, decoders: list):
+        self.decoders = decoders
+        self._full = [(block.attn, block.attn.kv_cache, block.cross_attn, block.cross_attn.cross_kv)
+                      for decoder in decoders for block in decoder.blocks]
+        self._tensors = [(cache, cache.k, cache.v) for _, cache, _, _ in self._full if cache is not None]
 
-    def __enter__(self) -> "_LiveRows":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
-        for cache, k, v, attention, states in self._full:
-            cache.k, cache.v, attention.cross_kv = k, v, states
+        for attention, cache, cross, states in self._full:
+            attention.kv_cache, cross.cross_kv = cache, states
+        for cache, k, v in self._tensors:
+            cache.k, cache.v = k, v
+
+    def keep(self, rows: Tensor) -> None:
+        """Keep these rows (an index or a mask over the rows kept so far)."""
+        for decoder in self.decoders:
+            decoder.keep_rows(rows)
+
+
+class _LiveRows(_RowsKept):
+    """The rows the decoders compute. With row-invariant kernels (model.Decoder.row_invariant)
+    finished rows leave the decoders' batch rather than run until the longest row ends: a row's
+    results do not depend on which rows run beside it. Without, every row stays (fixed shapes)."""
+
+    def __init__(self, decoders: list, batch: int, device: torch.device, row_invariant: bool):
+        super().__init__(decoders)
+        self.batch = batch
+        self.alive = torch.arange(batch, device=device) if row_invariant else None
 
     def keep(self, active: Tensor) -> None:
         if self.alive is not None and len(self.alive) > int(active.sum()):
             keep = active[self.alive]
             self.alive = self.alive[keep]
-            for decoder in self.decoders:
-                decoder.keep_rows(keep)
+            super().keep(keep)
 
     def call(self, step, window: Tensor, positions: Tensor, *args) -> Tensor:
         """step(window, positions, *args) for every row of the batch; rows that left it get zeros."""
@@ -243,7 +342,8 @@ class _Context:
     options: DecodingOptions
     rules: LogitRules
     draft_rules: LogitRules  # on the assistant's draft vocabulary, where it has one
-    generator: torch.Generator | None  # None: greedy
+    temperature: float  # 0: greedy
+    seeds: Tensor  # per row, what sampling's uniform numbers derive from (position_uniforms)
     prompt_length: int
     n_ctx: int  # decoder cache positions
     max_length: int
@@ -254,6 +354,7 @@ class _Context:
     draft_logits: object  # draft_logits itself, or compiled (DecodingOptions.compile_drafts)
     live: _LiveRows
     judges_silence: bool  # the no-speech rule is on (DecodingOptions.no_speech_threshold)
+    judges_text: bool  # every row's average log-probability is needed (a later temperature may follow)
 
 
 @dataclass
@@ -277,7 +378,7 @@ class _State:
     sums_logprobs: bool = False  # a row may be judged silent: sum its tokens' log-probabilities
 
 
-def _context(main, assistant, options, languages, n_ctx, max_length, device, live) -> _Context:
+def _context(main, assistant, options, temperature, seeds, languages, n_ctx, max_length, device, live) -> _Context:
     special = main.special
     prompt_length = len(special.prompt(languages[0], options.task, options.timestamps))
     rules = LogitRules(special, main.dims.n_vocab, prompt_length, options.timestamps, device)
@@ -285,10 +386,8 @@ def _context(main, assistant, options, languages, n_ctx, max_length, device, liv
     draft_vocab = assistant.decoder.draft_vocab if assistant is not None else None
     draft_rules = rules if draft_vocab is None else LogitRules(
         special, main.dims.n_vocab, prompt_length, options.timestamps, device, vocab=draft_vocab)
-    generator = None
-    if options.temperature > 0:
-        generator = torch.Generator(device=device)
-        generator.manual_seed(options.seed if options.seed is not None else torch.seed())
+    seeds = _hash32((_hash32(torch.tensor(options.seed, device=device) & _UINT32)
+                     + torch.tensor(seeds, device=device)) & _UINT32)
     max_draft = 0 if assistant is None else (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens)
     drafts = assistant is not None and (options.speculation == "on" or (
         options.speculation == "auto" and auto_drafts(main, assistant, len(languages))))
@@ -299,8 +398,9 @@ def _context(main, assistant, options, languages, n_ctx, max_length, device, liv
     graphs = options.cuda_graphs and device.type == "cuda"
     step = compiled_draft_logits if options.compile_drafts and device.type == "cpu" else draft_logits
     judges_silence = options.no_speech_threshold is not None and special.no_speech is not None
-    return _Context(main, assistant, options, rules, draft_rules, generator, prompt_length, n_ctx, max_length,
-                    max_draft, drafts, fixed_width, graphs, step, live, judges_silence)
+    judges_text = options.logprob_threshold is not None and len(options.temperature) > 1
+    return _Context(main, assistant, options, rules, draft_rules, temperature, seeds, prompt_length, n_ctx,
+                    max_length, max_draft, drafts, fixed_width, graphs, step, live, judges_silence, judges_text)
 
 
 def _initial_state(context: _Context, languages: list[str]) -> _State:
@@ -319,7 +419,7 @@ def _initial_state(context: _Context, languages: list[str]) -> _State:
                   drafting, torch.where(drafting, options.draft_tokens, 0), done, torch.zeros_like(done),
                   torch.zeros(batch, 5, dtype=torch.long, device=device),
                   torch.zeros(2, batch, context.max_draft, dtype=torch.long, device=device),
-                  torch.zeros(tokens.shape, device=device))
+                  torch.zeros(tokens.shape, device=device), sums_logprobs=context.judges_text)
 
 
 def speculative_decode(context: _Context, state: _State, stats: DecodingStats) -> None:
@@ -331,9 +431,9 @@ def speculative_decode(context: _Context, state: _State, stats: DecodingStats) -
         active = ~state.done
         context.live.keep(active)
         k = int(state.draft_length[active].max()) if context.drafts else 0
-        round_drafts, draft_probs, k = draft(context, state, k, stats)
+        round_drafts, k = draft(context, state, k, stats)
         logits, scored = verify(context, state, k, round_drafts, stats)
-        n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored, draft_probs)
+        n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored)
         logprobs = token_logprobs(state, k, logits, scored, n_accepted, next_token) if state.sums_logprobs else None
         advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
 
@@ -356,8 +456,8 @@ def read_no_speech(context: _Context, state: _State, after_sot: Tensor) -> None:
     or language detection's), and whether a row may be judged silent."""
     options = context.options
     state.no_speech = torch.softmax(after_sot, dim=-1)[:, context.main.special.no_speech]
-    state.sums_logprobs = (options.logprob_threshold is not None
-                           and bool((state.no_speech > options.no_speech_threshold).any()))
+    state.sums_logprobs = context.judges_text or (options.logprob_threshold is not None
+                                                  and bool((state.no_speech > options.no_speech_threshold).any()))
 
 
 def _window_logits(context: _Context, decoder, window: Tensor, positions: Tensor, compact: bool) -> Tensor:
@@ -409,17 +509,18 @@ def compiled_draft_logits(decoder, window: Tensor, positions: Tensor, span: int)
     return draft_logits(decoder, window, positions, span)
 
 
-def draft(context: _Context, state: _State, k: int, stats: DecodingStats) -> tuple[Tensor, list[Tensor], int]:
-    """Up to k drafts per row from the assistant, written after the row's accepted tokens.
+def draft(context: _Context, state: _State, k: int, stats: DecodingStats) -> tuple[Tensor, int]:
+    """Up to k drafts per row from the assistant, written after the row's accepted tokens; in
+    sampling, drawn at the uniform numbers the main model's tokens will be (sample_tokens).
 
     A row unsure of a draft stops there: its later drafts would mostly be rejected, yet cost a
-    step and a verified position. Returns each row's drafts this round, the draft distributions
-    over the full vocabulary (sampling only) and the round's k (lower when every row stopped)."""
+    step and a verified position. Returns each row's drafts this round and the round's k (lower
+    when every row stopped)."""
     assistant, options, tokens = context.assistant, context.options, state.tokens
     active = ~state.done
     rows = torch.arange(len(tokens), device=tokens.device)
     draft_vocab = assistant.decoder.draft_vocab if assistant is not None else None
-    round_drafts, draft_probs = state.draft_length.clamp(max=k), []
+    round_drafts = state.draft_length.clamp(max=k)
     for j in range(k):
         current = state.length + j
         width = int((current - state.assistant_cached)[active].max())
@@ -435,23 +536,19 @@ def draft(context: _Context, state: _State, k: int, stats: DecodingStats) -> tup
                                        positions, span)
         logits = context.draft_rules(logits, tokens, current)
         state.assistant_cached = current.clone()
-        if context.generator is None:
+        if context.temperature == 0:
             choice = logits.argmax(dim=-1)
         else:
-            probs = torch.softmax(logits / options.temperature, dim=-1)
-            choice = torch.multinomial(probs, 1, generator=context.generator)[:, 0]
-            if draft_vocab is not None:  # the rejection rule compares full distributions
-                probs = probs.new_zeros(len(tokens), context.main.dims.n_vocab).index_copy_(1, draft_vocab, probs)
-            draft_probs.append(probs)
+            choice = sample_tokens(logits, context.temperature, position_uniforms(context.seeds, current))
         tokens[rows, current] = choice if draft_vocab is None else draft_vocab[choice]
         stats.assistant_forwards += 1
         if options.draft_confidence > 0:
-            confidence = torch.softmax(logits, dim=-1).gather(1, choice[:, None])[:, 0]
+            confidence = torch.softmax(logits / (context.temperature or 1.0), dim=-1).gather(1, choice[:, None])[:, 0]
             round_drafts = torch.where(confidence < options.draft_confidence,
                                        round_drafts.clamp(max=j + 1), round_drafts)
             if not bool((round_drafts[active] > j + 1).any()):
-                return round_drafts, draft_probs, j + 1
-    return round_drafts, draft_probs, k
+                return round_drafts, j + 1
+    return round_drafts, k
 
 
 def verify(context: _Context, state: _State, k: int, round_drafts: Tensor, stats: DecodingStats
@@ -487,22 +584,21 @@ def verify(context: _Context, state: _State, k: int, round_drafts: Tensor, stats
     return logits.view(len(tokens), width, -1)[:, needed - k - 1 : needed][scored], scored
 
 
-def accept(context: _Context, state: _State, k: int, round_drafts: Tensor, logits: Tensor, scored: Tensor,
-           draft_probs: list[Tensor]) -> tuple[Tensor, Tensor]:
-    """Per row: how many drafts are kept, and the main model's token after them."""
+def accept(context: _Context, state: _State, k: int, round_drafts: Tensor, logits: Tensor, scored: Tensor
+           ) -> tuple[Tensor, Tensor]:
+    """Per row: how many drafts are kept, and the main model's token after them: its argmax, or in
+    sampling its draw at the position's uniform number (sample_tokens)."""
     steps = torch.arange(k + 1, device=logits.device)
-    drafts = state.tokens.gather(1, state.length[:, None] + steps[:k])
+    positions = state.length[:, None] + steps
+    drafts = state.tokens.gather(1, positions[:, :k])
     eligible = steps[:k] < round_drafts[:, None]
-    batch, eot = len(state.tokens), context.main.special.eot
-    if context.generator is None:
-        target = torch.full((batch, k + 1), eot, device=logits.device)
+    target = torch.full((len(state.tokens), k + 1), context.main.special.eot, device=logits.device)
+    if context.temperature == 0:
         target[scored] = logits.argmax(dim=-1)
-        return accept_greedy(target, drafts, eligible)
-    p = torch.zeros(batch, k + 1, logits.shape[-1], device=logits.device)
-    p[scored] = torch.softmax(logits / context.options.temperature, dim=-1)
-    p[~scored, eot] = 1.0  # rows that are done: any distribution, never used
-    q = torch.stack(draft_probs, dim=1) if k else None
-    return accept_sampled(p, q, drafts, eligible, context.generator)
+    else:
+        uniforms = position_uniforms(context.seeds[:, None].expand_as(positions)[scored], positions[scored])
+        target[scored] = sample_tokens(logits, context.temperature, uniforms)
+    return accept_greedy(target, drafts, eligible)
 
 
 def token_logprobs(state: _State, k: int, logits: Tensor, scored: Tensor, n_accepted: Tensor, next_token: Tensor
@@ -511,8 +607,9 @@ def token_logprobs(state: _State, k: int, logits: Tensor, scored: Tensor, n_acce
     sums them) of each token the round keeps: the accepted drafts, then the next token."""
     steps = torch.arange(k + 1, device=logits.device)
     kept = state.tokens.gather(1, state.length[:, None] + steps).scatter(1, n_accepted[:, None], next_token[:, None])
+    keeps = scored & (steps <= n_accepted[:, None])  # the rejected drafts' rows are not normalised
     logprobs = torch.zeros(scored.shape, device=logits.device)
-    logprobs[scored] = torch.log_softmax(logits, dim=-1).gather(1, kept[scored][:, None])[:, 0]
+    logprobs[keeps] = torch.log_softmax(logits[keeps[scored]], dim=-1).gather(1, kept[keeps][:, None])[:, 0]
     return logprobs
 
 
@@ -577,9 +674,10 @@ def _results(state: _State, context: _Context, languages: list[str], stats: Deco
         silent, avg_logprob = False, None
         tokenizer = context.main.tokenizer  # None for a model without a vocabulary (machinery tests)
         ratio = compression_ratio(tokenizer.decode(row_tokens)) if tokenizer is not None else 0.0
+        if state.sums_logprobs:
+            avg_logprob = logprob_sum / (len(row_tokens) + 1)  # the end of text counts, as in openai-whisper
         if no_speech_prob is not None and no_speech_prob > options.no_speech_threshold:
-            if state.sums_logprobs:
-                avg_logprob = logprob_sum / (len(row_tokens) + 1)  # the end of text counts, as in openai-whisper
+            # a text that still loops (every temperature failed) does not save a silent window either
             silent = (avg_logprob is None or avg_logprob <= options.logprob_threshold
                       or (options.compression_ratio_threshold is not None and ratio > options.compression_ratio_threshold))
         row_stats = DecodingStats(
@@ -588,7 +686,8 @@ def _results(state: _State, context: _Context, languages: list[str], stats: Deco
             encoder_seconds=stats.encoder_seconds / batch, decoding_seconds=stats.decoding_seconds / batch,
             drafted_by_position=by_position[0], accepted_by_position=by_position[1],
         )
-        results.append(WindowResult(row_tokens, language, hit_max, row_stats, silent, no_speech_prob, avg_logprob, ratio))
+        results.append(WindowResult(row_tokens, language, hit_max, row_stats, silent, no_speech_prob, avg_logprob, ratio,
+                                    context.temperature))
         stats.add(replace(row_stats, windows=0, main_forwards=0, assistant_forwards=0,
                           encoder_seconds=0.0, decoding_seconds=0.0))
     return results

@@ -17,13 +17,25 @@ ENCODER_PRECISIONS = ("int8", *DTYPES)
 # recordings, such as the multilingual TTS set's two a language, would lose half a language)
 # and can be cut into windows several ways (DistillOptions.shifts).
 LONG_RECORDING_SECONDS = 60
+TEMPERATURE_INCREMENT = 0.2  # openai-whisper's step between fallback temperatures
+
+
+def temperature_schedule(start: float = 0.0, increment: float | None = TEMPERATURE_INCREMENT) -> tuple[float, ...]:
+    """openai-whisper's temperatures: start, then up by increment while at most 1 (None or 0: start alone)."""
+    if not increment:
+        return (start,)
+    count = int((1.0 - start) / increment + 1e-6) + 1 if start <= 1.0 else 1
+    return tuple(round(start + i * increment, 6) for i in range(count))
 
 
 @dataclass(frozen=True)
 class DecodingOptions:
     task: str = "transcribe"  # or "translate"
     language: str | None = None  # None: detected per row
-    temperature: float = 0.0  # 0: greedy
+    # the first temperature decodes every window (0: greedy, the speed path); a window whose text
+    # fails the thresholds below is decoded again at the next one (openai-whisper's fallback). Sampling
+    # draws one uniform number per (seed, window, position), so both modes keep the same tokens
+    temperature: float | tuple[float, ...] = temperature_schedule()
     timestamps: bool = False  # predict segment timestamps (Whisper's timestamp rules apply)
     max_length: int | None = None  # total decoder tokens including the prompt; default: the model's 448
     draft_tokens: int = 4  # most drafted per round and row; ignored without an assistant
@@ -34,14 +46,13 @@ class DecodingOptions:
     # batch whose rows, times the audio frames the assistant reads, stay within what drafting is
     # measured to pay for on the device and decoder precision (decoding.AUTO_MAX_DRAFT_FRAMES)
     speculation: str = "auto"
-    seed: int | None = None  # for sampling
-    # openai-whisper's no-speech rule, with its defaults: a window whose <|nospeech|> probability
-    # after SOT exceeds no_speech_threshold yields no text, unless its tokens' average
-    # log-probability (end of text included) exceeds logprob_threshold. None: never judged silent.
-    # openai-whisper never keeps a greedy text whose compression ratio exceeds
-    # compression_ratio_threshold (it samples again, and noise then scores low); greedy decoding
-    # here keeps it, so such a text does not save a window from the rule either (and a long file's
-    # window with such a text keeps each of its segments once: pipeline._once_each)
+    seed: int = 0  # of sampling; mixed with each window's own (decoding.decode_windows)
+    # openai-whisper's rules, with its defaults. A window's text fails when it compresses better than
+    # compression_ratio_threshold (a loop) or its tokens' average log-probability (end of text
+    # included) is below logprob_threshold; it is then decoded at the next temperature, unless the
+    # window is silent: its <|nospeech|> probability after SOT exceeds no_speech_threshold and its
+    # average log-probability does not exceed logprob_threshold, and it yields no text. None: never.
+    # Where every temperature fails, the text kept is faster-whisper's choice (decoding.best_attempt)
     no_speech_threshold: float | None = 0.6
     logprob_threshold: float | None = -1.0
     compression_ratio_threshold: float | None = 2.4
@@ -56,8 +67,10 @@ class DecodingOptions:
     def __post_init__(self):
         if self.task not in ("transcribe", "translate"):
             raise ValueError(f"task must be transcribe or translate, not {self.task!r}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, not {self.temperature}")
+        temperatures = (self.temperature,) if isinstance(self.temperature, (int, float)) else tuple(self.temperature)
+        if not temperatures or any(t < 0 for t in temperatures):
+            raise ValueError(f"temperature must be one or more values >= 0, not {self.temperature}")
+        object.__setattr__(self, "temperature", tuple(float(t) for t in temperatures))
         if self.draft_tokens < 0:
             raise ValueError(f"draft_tokens must be >= 0, not {self.draft_tokens}")
         if self.max_draft_tokens < 1:

@@ -5,13 +5,16 @@ all files go through the decoder in batches (across windows of one file and acro
 each file's windows are stitched back into one transcript: consecutive windows are aligned on
 the tokens they share in the overlap and cut in the middle of the agreeing stretch, so the words
 at a seam appear once. Segment times are on the file's own timeline. Windows judged silent (the
-no-speech rule) give no text, and a window whose text loops keeps each of its segments once; a file
+no-speech rule) give no text; a window's sampling seed is a hash of its samples, so a window decoded
+again at a higher temperature (decoding.decode_encoded) samples alike in any batch or file, and one
+whose text loops at every temperature keeps each of its segments once; a file
 whose last window's text ends early gets its rest decoded again (TAIL_SECONDS); word timestamps
 are read from the main decoder right after each batch.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -130,7 +133,7 @@ def transcribe(
         langs = [languages.get(paths[w.file], options.language) for w in batch]
         out, _ = decode_windows(
             pair, mel, replace(options, timestamps=timestamps), assistant_mel=assistant_mel, languages=langs,
-            use_assistant=use_assistant,
+            seeds=[zlib.crc32(w.audio.tobytes()) for w in batch], use_assistant=use_assistant,
         )
         if options.word_timestamps:
             # right after decoding: the main decoder's cross-attention still holds this batch's audio
@@ -223,10 +226,9 @@ def _tail(pair: WhisperPair, window: _Window, result: WindowResult) -> _Window |
 
 
 def _once_each(segments: list[Segment]) -> list[Segment]:
-    """A looping window's segments, each text once: greedy Whisper can repeat a sentence until the
-    window ends (a hallucination, most often in a window's last seconds, more often outside
-    English); openai-whisper samples such a window again at a higher temperature, which greedy
-    decoding that must equal the main model's own cannot, so the repeats are dropped instead."""
+    """A looping window's segments, each text once: a window whose text still loops after every
+    fallback temperature (or with none: DecodingOptions.temperature) repeats a sentence until the
+    window ends, a hallucination; the repeats are dropped."""
     seen: set[str] = set()
     return [s for s in segments if not (s.text in seen or seen.add(s.text))]
 

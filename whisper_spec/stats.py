@@ -21,6 +21,7 @@ class DecodingStats:
     main_forwards: int = 0
     row_forwards: int = 0
     assistant_forwards: int = 0
+    fallbacks: int = 0  # windows decoded again at a higher temperature, once per extra pass
     encoder_seconds: float = 0.0
     decoding_seconds: float = 0.0
     drafted_by_position: list[int] = field(default_factory=list)
@@ -36,7 +37,7 @@ class DecodingStats:
 
     def add(self, other: "DecodingStats") -> None:
         for name in ("windows", "drafted", "accepted", "generated", "main_forwards", "row_forwards",
-                     "assistant_forwards", "encoder_seconds", "decoding_seconds"):
+                     "assistant_forwards", "fallbacks", "encoder_seconds", "decoding_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for mine, theirs in ((self.drafted_by_position, other.drafted_by_position),
                              (self.accepted_by_position, other.accepted_by_position)):
@@ -53,6 +54,7 @@ class DecodingStats:
             "generated_tokens": self.generated,
             "main_forwards": self.main_forwards,
             "assistant_forwards": self.assistant_forwards,
+            "fallbacks": self.fallbacks,
             "tokens_per_main_forward": (None if self.tokens_per_main_forward is None
                                         else round(self.tokens_per_main_forward, 3)),
             "encoder_seconds": round(self.encoder_seconds, 3),

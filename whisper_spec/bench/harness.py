@@ -52,7 +52,8 @@ class Run:
 
 
 def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, options: BenchOptions):
-    decoding = DecodingOptions(task=options.task, draft_tokens=options.draft_tokens,
+    # greedy alone, as the peers decode (_GREEDY in faster_whisper_process): the speed path, like for like
+    decoding = DecodingOptions(task=options.task, temperature=0.0, draft_tokens=options.draft_tokens,
                                draft_confidence=options.draft_confidence, speculation=options.speculation,
                                cuda_graphs=options.cuda_graphs, compile_drafts=config.compiled_drafts)
     tokens, texts, stats, per_utterance = [], [], DecodingStats(), []

@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import platform
+import re
 import sys
 import threading
 from importlib import resources
@@ -87,6 +88,21 @@ class PeakMemory:
             self._stop.set()
             self._thread.join()
             self.peak = max(self.peak, self.rss())
+
+
+def longest_repeat(text: str, max_words: int = 8) -> tuple[str, int]:
+    """The word or phrase (of up to max_words words, case and punctuation aside) that the text
+    repeats most times in a row, and how many times: a decoding loop shows as a high count."""
+    words = re.findall(r"\w+(?:'\w+)?", text.lower())
+    best = (words[0], 1) if words else ("", 0)
+    for n in range(1, max_words + 1):
+        for start in range(len(words) - 2 * n + 1):
+            phrase, times = words[start : start + n], 1
+            while words[start + times * n : start + (times + 1) * n] == phrase:
+                times += 1
+            if times > best[1]:
+                best = (" ".join(phrase), times)
+    return best
 
 
 def cpu_description() -> dict:

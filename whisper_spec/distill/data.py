@@ -196,7 +196,7 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
             states = main.encoder(mel)
             main.decoder.set_cross(states)
         for timestamps in (False, True):
-            options = DecodingOptions(timestamps=timestamps)
+            options = DecodingOptions(timestamps=timestamps, temperature=0.0)  # the greedy texts assistants draft
             results, _ = decode_encoded(main_pair, len(batch), options, languages=languages, use_assistant=False)
             languages = [r.language for r in results]
             prompts = [main.special.prompt(r.language, "transcribe", timestamps) for r in results]
