@@ -1,6 +1,7 @@
 """Batch jobs: inputs, per-file languages, a corrupt file in the middle, interruption and resume."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -80,3 +81,40 @@ def test_batch_job_resumes_and_records_failures(pair, tmp_path):
 
     again = run_batch(pair, jobs, out, formats, DecodingOptions(timestamps=True), progress=False)
     assert (again["skipped"], again["done"], again["failed"]) == (len(jobs) - 1, 0, 1)
+
+
+def test_output_names_stay_inside_the_output_folder(tmp_path):
+    listed = tmp_path / "jobs" / "m.jsonl"
+    listed.parent.mkdir()
+    paths = ["../audio/clip.flac", "./a/../../b/c.flac", str(tmp_path / "abs" / "d.flac"), "../../e.flac"]
+    listed.write_text("".join(json.dumps({"path": p}) + "\n" for p in paths))
+    names = [job.name for job in collect_jobs(str(listed))]
+    assert names == ["audio/clip", "a/b/c", "d", "e"]
+    out = tmp_path / "out"
+    assert all((out / f"{name}.txt").resolve().is_relative_to(out.resolve()) for name in names)
+
+
+def test_a_job_writes_inside_its_output_folder_and_never_over_a_file_it_did_not_create(pair, tmp_path):
+    """A manifest naming `../audio/clip.flac` once wrote beside the audio, over its metadata."""
+    audio, out = tmp_path / "audio", tmp_path / "jobs" / "out"
+    audio.mkdir()
+    out.mkdir(parents=True)
+    for name, clip in (("clip", "1089-134686-0001"), ("other", "1089-134686-0002")):
+        shutil.copy(SPEECH / f"librispeech/test-clean/{clip}.flac", audio / f"{name}.flac")
+    (audio / "clip.json").write_text("metadata")
+    (out / "other.txt").write_text("mine")  # the user's, in the output folder
+    listed = tmp_path / "jobs" / "m.jsonl"
+    listed.write_text(json.dumps({"path": "../audio/clip.flac"}) + "\n" + json.dumps({"path": str(audio / "other.flac")}))
+    jobs = collect_jobs(str(listed))
+    formats = ["txt", "json"]
+    summary = run_batch(pair, jobs, out, formats, DecodingOptions(language="en"), progress=False)
+    assert (summary["done"], summary["failed"]) == (1, 1)
+    assert (audio / "clip.json").read_text() == "metadata" and not (audio / "clip.txt").exists()
+    assert (out / "audio" / "clip.txt").read_text().strip()
+    assert (out / "other.txt").read_text() == "mine" and not (out / "other.json").exists()
+    (failure,) = [json.loads(line) for line in (out / FAILURES_FILE).read_text().splitlines()]
+    assert "other.txt exists and no whisper-spec job wrote it" in failure["error"]
+    # its own outputs a job rewrites: one of them gone, the file is transcribed again
+    (out / "audio" / "clip.json").unlink()
+    again = run_batch(pair, jobs, out, formats, DecodingOptions(language="en"), progress=False)
+    assert (again["done"], again["failed"]) == (1, 1) and (out / "audio" / "clip.json").is_file()

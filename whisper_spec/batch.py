@@ -21,6 +21,9 @@ from .writers import write_atomic, write_outputs
 
 FAILURES_FILE = "failures.jsonl"
 SUMMARY_FILE = "summary.json"
+# the outputs batch jobs wrote in an output folder, one relative path a line: a job rewrites only
+# these, never a file it did not create
+LEDGER_FILE = ".whisper-spec-outputs"
 
 
 def outputs_exist(job: Job, output_dir: Path, formats: list[str]) -> bool:
@@ -46,10 +49,15 @@ class BatchLog:
     when the run ends, normally or not. Acceptance is also kept per language."""
 
     def __init__(self, jobs: list[Job], output_dir: Path, formats: list[str], progress: bool):
-        self.output_dir = Path(output_dir)
+        self.output_dir, self.formats = Path(output_dir), formats
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        self.todo = [job for job in jobs if not outputs_exist(job, self.output_dir, formats)]
-        self.files, self.skipped = len(jobs), len(jobs) - len(self.todo)
+        ledger = self.output_dir / LEDGER_FILE
+        self.written = set(ledger.read_text().splitlines()) if ledger.is_file() else set()
+        pending = [job for job in jobs if not outputs_exist(job, self.output_dir, formats)]
+        foreign = {job.path: [name for name in self._outputs(job) if (self.output_dir / name).exists()
+                              and name not in self.written] for job in pending}
+        self.todo = [job for job in pending if not foreign[job.path]]
+        self.files, self.skipped = len(jobs), len(jobs) - len(pending)
         self.failures_path = self.output_dir / FAILURES_FILE
         self.failures_path.write_text("")
         self.started = time.perf_counter()
@@ -57,15 +65,30 @@ class BatchLog:
         self.done = self.failed = 0
         self.audio = 0.0
         self.bar = AudioProgress([job.path for job in self.todo], enabled=progress)
+        for job in pending:
+            if foreign[job.path]:
+                self._record_failure(job, f"{job.path}: {self.output_dir / foreign[job.path][0]} exists and no "
+                                          f"whisper-spec job wrote it: left alone, not transcribed")
 
-    def file_failed(self, job: Job, error: str) -> None:
+    def _outputs(self, job: Job) -> list[str]:
+        return [f"{job.name}.{fmt}" for fmt in self.formats]
+
+    def _record_failure(self, job: Job, error: str) -> None:
         with self.failures_path.open("a") as f:
             f.write(json.dumps({"path": str(job.path), "error": error}) + "\n")
         self.bar.write(f"error: {error}")
         self.failed += 1
+
+    def file_failed(self, job: Job, error: str) -> None:
+        self._record_failure(job, error)
         self.bar.file_done(str(job.path), failed=True)
 
     def file_done(self, job: Job, duration: float, language: str | None, stats: DecodingStats) -> None:
+        new = [name for name in self._outputs(job) if name not in self.written]
+        if new:
+            with (self.output_dir / LEDGER_FILE).open("a") as ledger:
+                ledger.write("".join(f"{name}\n" for name in new))
+            self.written.update(new)
         self.done += 1
         self.audio += duration
         self.stats.add(stats)
@@ -79,7 +102,7 @@ class BatchLog:
         totals = self.stats.as_dict()
         summary = {
             "files": self.files, "done": self.done, "failed": self.failed, "skipped": self.skipped,
-            "interrupted": self.done + self.failed < len(self.todo),
+            "interrupted": self.done + self.failed < self.files - self.skipped,
             "audio_hours": round(self.audio / 3600, 6), "wall_seconds": round(wall, 3),
             "real_time_factor": round(wall / self.audio, 4) if self.audio else None,
             "acceptance": totals["acceptance"],

@@ -25,10 +25,17 @@ class Job:
 def collect_jobs(source: str) -> list[Job]:
     """A folder (searched recursively), a glob pattern, or a JSON-lines manifest with `path`
     (relative to the manifest) and optional `language` per line; output names made unique."""
-    jobs = unique_names(_find_jobs(source))
+    jobs = unique_names([replace(job, name=_contained(job.name, job.path)) for job in _find_jobs(source)])
     if not jobs:
         raise ValueError(f"{source}: no audio files ({', '.join(sorted(AUDIO_SUFFIXES))})")
     return jobs
+
+
+def _contained(name: str, path: Path) -> str:
+    """An output name that stays inside the output folder: no parent steps, no root (a manifest's
+    `../audio/clip.wav` writes `audio/clip.*`); the file's stem where nothing else is left."""
+    parts = [part for part in Path(name).parts if part not in ("..", ".") and not Path(part).anchor]
+    return str(Path(*parts)) if parts else path.resolve().stem
 
 
 def jobs_of_files(paths: list[str | Path]) -> list[Job]:
