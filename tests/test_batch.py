@@ -118,3 +118,14 @@ def test_a_job_writes_inside_its_output_folder_and_never_over_a_file_it_did_not_
     (out / "audio" / "clip.json").unlink()
     again = run_batch(pair, jobs, out, formats, DecodingOptions(language="en"), progress=False)
     assert (again["done"], again["failed"]) == (1, 1) and (out / "audio" / "clip.json").is_file()
+
+
+def test_batch_takes_several_inputs_as_an_unquoted_glob_hands_them_over(tmp_path, capsys):
+    from whisper_spec.cli.main import main
+
+    files = sorted((SPEECH / "librispeech" / "test-clean").glob("1089-134686-000[12].flac"))
+    out = tmp_path / "out"
+    assert main(["batch", *map(str, files), str(SPEECH / "fleurs" / "fleurs-en-000.ogg"), "-o", str(out),
+                 "--model", "tiny.en", "--quiet"]) == 0
+    assert "3 done" in capsys.readouterr().err
+    assert all((out / f"{f.stem}.txt").read_text().strip() for f in files)

@@ -261,6 +261,8 @@ def test_prequantized_directories_build_no_float_decoder_weights(tmp_path, int8_
     assert cli(["quantize", "base", "--output", str(tmp_path / "base-int8")]) == 0
     assert cli(["quantize", str(default_assistant("base")), "--output", str(tmp_path / "assistant-int8")]) == 0
     assert json.loads((tmp_path / "base-int8" / "quantization.json").read_text())["format"] == "whisper-spec-int8/1"
+    # a quantized copy keeps its model's shipped assistant (`transcribe --model base-int8/`)
+    assert default_assistant(str(tmp_path / "base-int8")) == default_assistant("base") is not None
 
     model = load_model(tmp_path / "base-int8", dtype="bfloat16", encoder_precision="float32")
     decoder = model.decoder

@@ -17,7 +17,8 @@ from .checkpoint import save_safetensors, to_theirs
 from .load import load_model
 from .model import Decoder
 from .pair import ASSISTANT_CONFIG, Whisper, decoder_precision, encoder_precision, is_distilled_assistant, output_weight
-from .quantize import BLOCK_LINEARS, INT8_FORMAT, QUANTIZATION_CONFIG, Int8Embedding, quantize_decoder_state
+from .quantize import BLOCK_LINEARS, INT8_FORMAT, Int8Embedding, quantize_decoder_state
+from .sources import QUANTIZATION_CONFIG
 
 
 def decoder_state_dict(decoder: Decoder) -> dict[str, torch.Tensor]:
@@ -110,5 +111,5 @@ def save_int8(spec: str | Path, output_dir: str | Path, *, dtype: torch.dtype = 
     save_safetensors(_int8_tensors(tensors, dtype), output_dir / "model.safetensors", metadata={"format": "pt"})
     shutil.copyfile(model.path / "config.json", output_dir / "config.json")
     _copy_model_files(model.path, output_dir)
-    (output_dir / QUANTIZATION_CONFIG).write_text(json.dumps(info, indent=2) + "\n")
+    (output_dir / QUANTIZATION_CONFIG).write_text(json.dumps({**info, "source": str(spec)}, indent=2) + "\n")
     return output_dir

@@ -22,13 +22,17 @@ class Job:
     language: str | None = None
 
 
-def collect_jobs(source: str) -> list[Job]:
-    """A folder (searched recursively), a glob pattern, or a JSON-lines manifest with `path`
-    (relative to the manifest) and optional `language` per line; output names made unique."""
-    jobs = unique_names([replace(job, name=_contained(job.name, job.path)) for job in _find_jobs(source)])
-    if not jobs:
-        raise ValueError(f"{source}: no audio files ({', '.join(sorted(AUDIO_SUFFIXES))})")
-    return jobs
+def collect_jobs(sources: str | list[str]) -> list[Job]:
+    """The jobs of one or more sources, each a folder (searched recursively), a glob pattern, an
+    audio file, or a JSON-lines manifest with `path` (relative to the manifest) and optional
+    `language` per line; output names made unique."""
+    jobs = []
+    for source in [sources] if isinstance(sources, str) else sources:
+        found = _find_jobs(source)
+        if not found:
+            raise ValueError(f"{source}: no audio files ({', '.join(sorted(AUDIO_SUFFIXES))})")
+        jobs += found
+    return unique_names([replace(job, name=_contained(job.name, job.path)) for job in jobs])
 
 
 def _contained(name: str, path: Path) -> str:

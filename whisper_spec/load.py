@@ -37,7 +37,6 @@ from .pair import (
     share_main_modules,
 )
 from .quantize import (
-    QUANTIZATION_CONFIG,
     Int8Embedding,
     aligned,
     dynamic_int8_available,
@@ -47,7 +46,7 @@ from .quantize import (
     quantize_decoder_state,
     quantize_dynamic_linears,
 )
-from .sources import cache_dir, default_assistant, resolve_model
+from .sources import QUANTIZATION_CONFIG, cache_dir, default_assistant, resolve_model
 from .tokenizer import SpecialTokens, Tokenizer, read_vocabulary
 
 

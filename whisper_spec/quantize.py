@@ -33,7 +33,6 @@ from torch import Tensor, nn
 from .model import cast
 
 INT8_FORMAT = "whisper-spec-int8/1"
-QUANTIZATION_CONFIG = "quantization.json"
 # the decoder's linear layers that go int8 (per block), and the tied embedding / output projection
 BLOCK_LINEARS = ("attn.qkv", "attn.out", "cross_attn.q", "cross_attn.kv", "cross_attn.out", "mlp.fc1", "mlp.fc2")
 # the encoder's linear layers (per block) that go int8 with DynamicInt8Linear

@@ -55,9 +55,15 @@ EMBEDDED_MODELS = {
 DEFAULT_MODEL = "base"
 # distilled assistants committed with the package (see whisper-spec distill), by main model
 SHIPPED_ASSISTANTS = {"base": Path(__file__).parent / "assistants" / "base"}
+# in a pre-quantized model's directory (export.save_int8): its format and the model it was made from
+QUANTIZATION_CONFIG = "quantization.json"
 
 
 def default_assistant(model: str) -> Path | None:
+    """The shipped assistant of an embedded model, or of the one a pre-quantized copy was made from."""
+    config = Path(model) / QUANTIZATION_CONFIG
+    if model not in SHIPPED_ASSISTANTS and config.is_file():
+        model = json.loads(config.read_text()).get("source", "")
     path = SHIPPED_ASSISTANTS.get(model)
     return path if path is not None and (path / "assistant.json").is_file() else None
 
