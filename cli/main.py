@@ -58,6 +58,10 @@ def load_from_args(args, note):
     """The model pair the options name (pair_args), loaded."""
     from whisper_spec.load import DEFAULT_ASSISTANT, load_pair
 
+    if args.threads:  # before loading: the kernels' row-invariance is probed with the threads that will run them
+        import torch
+
+        torch.set_num_threads(args.threads)
     spec = pair_args(args)
     pair = load_pair(**spec)
     if spec["assistant"] == DEFAULT_ASSISTANT and pair.assistant is None:
@@ -160,12 +164,16 @@ def cmd_transcribe(args) -> int:
 
 def cmd_batch(args) -> int:
     from whisper_spec.batch import SUMMARY_FILE, outputs_exist, run_batch
-    from whisper_spec.jobs import collect_jobs
+    from whisper_spec.jobs import AUDIO_SUFFIXES, collect_jobs, passed_over
     from whisper_spec.writers import check_output_dir
 
     formats = _formats(args)
     check_output_dir(args.output_dir)
     jobs = collect_jobs(args.input)
+    if (others := passed_over(args.input, args.output_dir)) and not args.quiet:
+        shown = ", ".join(str(p) for p in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        print(f"{PROG}: passed over {len(others)} file{'s' * (len(others) != 1)} not in an audio format read "
+              f"({' '.join(sorted(AUDIO_SUFFIXES))}): {shown}", file=sys.stderr)
     if all(outputs_exist(job, args.output_dir, formats) for job in jobs):
         print(f"nothing to do: the outputs of all {len(jobs)} files are in {args.output_dir} "
               f"({SUMMARY_FILE} is the run that wrote them)", file=sys.stderr)

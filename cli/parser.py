@@ -88,6 +88,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="shared: the assistant reads the main encoder's output; own: it runs its own encoder; "
                             "auto: shared for decoder-only checkpoints (default: %(default)s)")
     group.add_argument("--device", type=device, default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+    group.add_argument("--threads", type=positive_int, default=None,
+                       help="CPU threads for torch (default: every core this process may use)")
     group.add_argument("--compile-drafts", action="store_true",
                        help="on CPU, compile the assistant's draft step with torch.compile: draft steps about a third "
                             "cheaper after compiling for tens of seconds once, then some 9 s a process; "

@@ -160,3 +160,37 @@ def test_a_transcription_starts_without_the_compiler_scipy_or_librosa(tmp_path):
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert result.stdout.strip().splitlines()[-1] == "0 []"
     assert "Quilter" in (tmp_path / f"{QUILTER.stem}.txt").read_text()
+
+
+def encode_with_pyav(audio: np.ndarray, rate: int, path, codec: str, codec_rate: int | None = None) -> None:
+    import av
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=codec_rate or rate)
+        stream.layout = "mono"
+        frame = av.AudioFrame.from_ndarray((audio[None] * 32767).astype(np.int16), format="s16", layout="mono")
+        frame.sample_rate = rate
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            container.mux(packet)
+
+
+def test_phone_and_browser_recordings_are_read_and_batch_names_what_it_passes_over(capsys, tmp_path):
+    """m4a and mp4 (AAC), webm (Opus) and aiff, made with PyAV's encoders: transcribe reads them, and
+    batch on their folder does every one and says which files it left out."""
+    from whisper_spec.cli.main import main as cli
+
+    audio, rate = soundfile.read(QUILTER, dtype="float32")
+    folder = tmp_path / "recordings"
+    folder.mkdir()
+    for name, codec, codec_rate in (("a.m4a", "aac", None), ("b.mp4", "aac", None), ("c.webm", "libopus", 48000),
+                                    ("d.aiff", "pcm_s16be", None)):
+        encode_with_pyav(audio, rate, folder / name, codec, codec_rate)
+    (folder / "notes.txt").write_text("not audio")
+    code, out, err = run(capsys, folder / "a.m4a", folder / "c.webm", "--model", "tiny.en")
+    assert code == 0 and out.count("Quilter") == 2, err
+    assert cli(["batch", str(folder), "-o", str(tmp_path / "out"), "--model", "tiny.en"]) == 0
+    err = capsys.readouterr().err
+    assert "4 done, 0 failed" in err and "passed over 1 file not in an audio format" in err and "notes.txt" in err
+    assert all("Quilter" in (tmp_path / "out" / f"{stem}.txt").read_text() for stem in "abcd")
+    assert cli(["batch", str(folder / "*.m4a"), "-o", str(tmp_path / "glob"), "--model", "tiny.en", "--quiet"]) == 0
+    assert (tmp_path / "glob" / "a.txt").is_file()

@@ -24,7 +24,8 @@ class AudioError(ValueError):
 
 
 def load_audio(path: str | Path) -> np.ndarray:
-    """Decode a file (wav, flac, ogg, mp3, ...) to 16 kHz mono float32, resampling and downmixing."""
+    """Decode a file to 16 kHz mono float32, resampling and downmixing: libsndfile's formats (wav,
+    flac, ogg, mp3, ...), else the first audio track of any container ffmpeg reads (m4a, mp4, webm, ...)."""
     path = Path(path)
     if not path.exists():
         raise AudioError(f"{path}: no such file")
@@ -34,11 +35,11 @@ def load_audio(path: str | Path) -> np.ndarray:
         raise AudioError(f"{path}: empty file")
     try:
         audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        audio = audio.mean(axis=1)
     except Exception as error:  # libsndfile names the problem but not always the file
-        raise AudioError(f"{path}: cannot decode audio ({_first_line(error)})") from None
+        audio, rate = _read_with_ffmpeg(path, error), SAMPLE_RATE
     if audio.shape[0] == 0:
         raise AudioError(f"{path}: no audio samples")
-    audio = audio.mean(axis=1)
     if rate != SAMPLE_RATE:
         import librosa  # slow to import; only resampling needs it
 
@@ -46,6 +47,27 @@ def load_audio(path: str | Path) -> np.ndarray:
     if not np.isfinite(audio).all():
         raise AudioError(f"{path}: audio contains NaN or infinite samples")
     return np.ascontiguousarray(audio, dtype=np.float32)
+
+
+def _read_with_ffmpeg(path: Path, soundfile_error: Exception) -> np.ndarray:
+    """The first audio track of a container libsndfile does not read (m4a, mp4, webm, ...), through
+    PyAV, resampled to 16 kHz mono float32 by ffmpeg."""
+    import av  # only these formats need it
+
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.audio:
+                raise AudioError(f"{path}: no audio track")
+            resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+            chunks = [out.to_ndarray().reshape(-1) for frame in container.decode(container.streams.audio[0])
+                      for out in resampler.resample(frame)]
+            chunks += [out.to_ndarray().reshape(-1) for out in resampler.resample(None)]
+    except AudioError:
+        raise
+    except Exception as error:  # neither decoder reads it: libsndfile's reason, unless ffmpeg found a container
+        reason = soundfile_error if isinstance(error, av.error.InvalidDataError) else error
+        raise AudioError(f"{path}: cannot decode audio ({_first_line(reason)})") from None
+    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
 
 
 def _first_line(error: Exception) -> str:

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import soundfile
 
-AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".mp3", ".opus"}
+# the files a folder or a glob gives a job: libsndfile's formats, and what people record with phones
+# and browsers, audio and video containers alike (audio.load_audio reads them through PyAV)
+AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aiff", ".aif", ".m4a", ".aac", ".mp4",
+                  ".m4v", ".mov", ".mkv", ".mka", ".webm", ".wma", ".amr", ".3gp"}
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,15 @@ def collect_jobs(sources: str | list[str]) -> list[Job]:
             raise ValueError(f"{source}: no audio files ({', '.join(sorted(AUDIO_SUFFIXES))})")
         jobs += found
     return unique_names([replace(job, name=_contained(job.name, job.path)) for job in jobs])
+
+
+def passed_over(sources: list[str], output_dir: Path) -> list[Path]:
+    """The files in the folders among sources that a job leaves out: not audio by their suffix
+    (hidden files and the job's own outputs aside)."""
+    outputs = Path(output_dir).resolve()
+    return sorted(p for source in sources if Path(source).is_dir() for p in Path(source).rglob("*")
+                  if p.is_file() and p.suffix.lower() not in AUDIO_SUFFIXES and not p.name.startswith(".")
+                  and not p.resolve().is_relative_to(outputs))
 
 
 def _contained(name: str, path: Path) -> str:
