@@ -19,6 +19,9 @@ def run() -> None:
     except KeyboardInterrupt:
         print("whisper-spec: error: interrupted", file=sys.stderr)
         code = 130
+    except BrokenPipeError:  # the reader of stdout left (`| head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is still buffered goes nowhere
+        code = 141  # 128 + SIGPIPE
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

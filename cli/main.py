@@ -348,6 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:  # AudioError, IncompatiblePair, ModelNotFound among them
         _error(str(error))
         return 2
+    except BrokenPipeError:
+        raise  # the reader of stdout left: the entry point ends quietly
+    except OSError as error:  # a file system's refusal (read-only, full, permissions): where and why
+        _error(f"{error.filename}: {error.strerror}" if error.filename else str(error))
+        return 1
 
 
 if __name__ == "__main__":

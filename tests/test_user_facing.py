@@ -107,11 +107,12 @@ def test_an_unusable_output_folder_fails_before_any_work(capsys, tmp_path, where
 
 def test_unwritable_output_file_is_a_failure_and_the_job_goes_on(capsys, tmp_path):
     folder = tmp_path / "in"
-    folder.mkdir()
-    shutil.copy(QUILTER, folder / "first.flac")
+    (folder / "sub").mkdir(parents=True)
+    shutil.copy(QUILTER, folder / "sub" / "first.flac")
     shutil.copy(CLIPS[0], folder / "second.flac")
     out = tmp_path / "out"
-    (out / "first.txt").mkdir(parents=True)  # a folder where the transcript should go: the write fails
+    out.mkdir()
+    (out / "sub").write_text("")  # a file where the transcript's folder should go: the write fails
     code, _, err = run(capsys, "batch", folder, "-o", out, "-m", "tiny.en", "-q")
     assert code == 1 and "Traceback" not in err
     assert (out / "second.txt").read_text().strip()
@@ -322,3 +323,51 @@ def test_progress_bar_reaches_its_total_when_a_file_fails_and_writes_above_itsel
     progress.close()
     assert "\nwhisper-spec: wrote out/a.txt\n" in terminal.getvalue().replace("\r", "\n")
     assert "100%" in terminal.getvalue()
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A read-only tmpfs mounted here where this process may mount one, else a folder no process may
+    create (under /sys): either way the file system refuses the cache."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)],
+                             capture_output=True).returncode == 0
+    yield folder / "cache" if mounted else Path("/sys/whisper-spec-cache")
+    if mounted:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_an_unwritable_model_cache_is_one_line(capsys, monkeypatch, read_only_folder):
+    monkeypatch.setenv("WHISPER_SPEC_CACHE", str(read_only_folder))
+    for args in (["transcribe", QUILTER, "-m", "tiny.en"], ["models", "--prepare"]):
+        code, _, err = run(capsys, *args)
+        assert code != 0 and err.count("\n") == 1, err
+        assert f"{read_only_folder}" in err and "cannot write the model cache" in err and "WHISPER_SPEC_CACHE" in err
+
+
+def test_a_broken_model_folder_is_one_line_for_model_and_assistant(capsys, tmp_path):
+    tiny = load.resolve_model("tiny.en")
+    truncated, other_type = tmp_path / "truncated", tmp_path / "other-type"
+    for folder in (truncated, other_type):
+        shutil.copytree(tiny, folder)
+    weights = truncated / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: 1 << 20])
+    config = json.loads((other_type / "config.json").read_text())
+    (other_type / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": config["d_model"]}))
+    for folder, problem in ((truncated, "cannot read the model"), (other_type, "cannot read the model")):
+        for flag in ("--model", "--assistant"):
+            code, _, err = run(capsys, "transcribe", QUILTER, flag, folder, *(["-m", "tiny.en"] if flag == "--assistant" else []))
+            assert code != 0 and err.count("\n") == 1 and "Traceback" not in err, err
+            assert f"{folder}" in err and problem in err
+
+
+def test_a_reader_that_leaves_early_ends_the_job_quietly(tmp_path):
+    """`whisper-spec transcribe ... -f srt | head -2`, a real pipe closed after two lines."""
+    for _ in range(3):
+        result = subprocess.run(f"'{sys.executable}' -c 'from whisper_spec.cli import run; run()' transcribe "
+                                f"'{CLIPS[0]}' '{CLIPS[1]}' '{QUILTER}' -m tiny.en -f srt | head -2",
+                                shell=True, capture_output=True, text=True, timeout=300)
+        assert result.stdout.splitlines() == ["==> " + str(CLIPS[0]) + " (srt) <==", "1"] or \
+            len(result.stdout.splitlines()) == 2
+        assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr

@@ -46,7 +46,7 @@ from .quantize import (
     quantize_decoder_state,
     quantize_dynamic_linears,
 )
-from .sources import QUANTIZATION_CONFIG, cache_dir, default_assistant, resolve_model
+from .sources import QUANTIZATION_CONFIG, ModelNotFound, cache_dir, default_assistant, resolve_model
 from .tokenizer import SpecialTokens, Tokenizer, read_vocabulary
 
 
@@ -229,22 +229,24 @@ def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", 
         raise ValueError(f"encoder precision must be one of {', '.join(ENCODER_PRECISIONS)}, not {encoder_precision!r}")
     int8_encoder = encoder_precision == "int8"
     path = resolve_model(str(spec))
-    config = json.loads((path / "config.json").read_text())
-    dims = read_dims(config)
-    vocabulary = read_vocabulary(path)
-    special = SpecialTokens.from_model_dir(path, vocabulary)
     prequantized = (path / QUANTIZATION_CONFIG).is_file()
     encoder_dtype = torch.float32 if int8_encoder else as_dtype(encoder_precision)
-    if prequantized:
-        state = load_file(path / "model.safetensors")
-        part = {name: {k.removeprefix(name + "."): v for k, v in state.items() if k.startswith(name + ".")}
-                for name in ("encoder", "decoder")}
-        encoder = _build(Encoder, dims, part["encoder"], encoder_dtype, device) if with_encoder else None
-        decoder = build_decoder(dims, part["decoder"], dtype, device)
-    else:
-        ckpt = Checkpoint(path)
-        encoder = _encoder(ckpt, dims, encoder_dtype, device) if with_encoder else None
-        decoder = _decoder(ckpt, dims, dtype, device, int8)
+    with _reading(path):
+        config = json.loads((path / "config.json").read_text())
+        dims = read_dims(config)
+        vocabulary = read_vocabulary(path)
+        special = SpecialTokens.from_model_dir(path, vocabulary)
+        if prequantized:
+            state = load_file(path / "model.safetensors")
+            part = {name: {k.removeprefix(name + "."): v for k, v in state.items() if k.startswith(name + ".")}
+                    for name in ("encoder", "decoder")}
+            encoder = _build(Encoder, dims, part["encoder"], encoder_dtype, device) if with_encoder else None
+            decoder = build_decoder(dims, part["decoder"], dtype, device)
+        else:
+            ckpt = Checkpoint(path)
+            encoder = _encoder(ckpt, dims, encoder_dtype, device) if with_encoder else None
+            decoder = _decoder(ckpt, dims, dtype, device, int8)
+        generation = json.loads((path / "generation_config.json").read_text())
     if int8_encoder:
         if device.type != "cpu" or not dynamic_int8_available():
             raise ValueError(f"int8 encoder linears run on CPU with torch's oneDNN engine only, not on {device}")
@@ -253,9 +255,21 @@ def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", 
         sources = [path / "model.safetensors"] if prequantized else ckpt.sources
         quantized = cached_int8(kind, sources, lambda: dynamic_int8_weights(encoder, decoder))
         quantize_dynamic_linears(encoder, decoder, quantized)
-    generation = json.loads((path / "generation_config.json").read_text())
     heads = tuple((int(layer), int(head)) for layer, head in generation.get("alignment_heads") or ())
     return Whisper(str(spec), path, dims, special, Tokenizer(vocabulary, special), decoder, encoder, alignment_heads=heads)
+
+
+@contextlib.contextmanager
+def _reading(path: Path):
+    """A model directory whose files cannot be used (truncated weights, a config of another model
+    type, a missing file) as one line naming it; a pair that does not fit stays its own error."""
+    try:
+        yield
+    except (ModelNotFound, IncompatiblePair):
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever a broken file raises, it is the directory's problem
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ModelNotFound(f"{path}: cannot read the model ({type(error).__name__}: {message})") from error
 
 
 def assistant_precision(dtype: torch.dtype, int8: bool, assistant_int8: bool | None, device: torch.device
@@ -285,13 +299,14 @@ def load_distilled(path: Path, main: Whisper, dtype, device, int8: bool = False)
     layers it was initialised from, whose cross keys and values the main decoder already computes.
     """
     path = Path(path)
-    config = json.loads((path / ASSISTANT_CONFIG).read_text())
-    check_distilled(config, path, main)
-    sources = config["layers_from_main"]
-    dims = replace(main.dims, n_text_layer=len(sources))
-    weights = path / "model.safetensors"
-    state = load_file(weights)
-    draft_vocab = state.pop("draft_vocab").long().to(device)
+    with _reading(path):
+        config = json.loads((path / ASSISTANT_CONFIG).read_text())
+        check_distilled(config, path, main)
+        sources = config["layers_from_main"]
+        dims = replace(main.dims, n_text_layer=len(sources))
+        weights = path / "model.safetensors"
+        state = load_file(weights)
+        draft_vocab = state.pop("draft_vocab").long().to(device)
     if int8 and not any(k.endswith(".scales") for k in state):
         float_state = state
         state = cached_int8("decoder", [weights], lambda: quantize_decoder_state(float_state))
@@ -352,7 +367,8 @@ def load_pair(
         assistant_model = load_distilled(Path(assistant), main_model, assistant_dtype, device, assistant_int8)
     elif assistant is not None:
         path = resolve_model(str(assistant))
-        decoder_only = Checkpoint(path).is_decoder_only(json.loads((path / "config.json").read_text()))
+        with _reading(path):
+            decoder_only = Checkpoint(path).is_decoder_only(json.loads((path / "config.json").read_text()))
         if assistant_encoder == "own" and decoder_only:
             raise IncompatiblePair(f"assistant {assistant}: has no encoder weights; use assistant_encoder='shared'")
         share = assistant_encoder == "shared" or (assistant_encoder == "auto" and decoder_only)

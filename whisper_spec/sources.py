@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,11 +143,22 @@ def prepare_embedded(name: str) -> Path:
         shutil.rmtree(target)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    convert_ct2_to_hf(_locate(spec.ct2_dir).parent, target, model_bin=model_bin)
-    sources = [f"{p.distribution}=={p.version}" for p in spec.model_bin_parts]
-    marker.write_text(json.dumps({**source, "sources": sources}, indent=2) + "\n")
+    with _writing_cache(target.parent):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        convert_ct2_to_hf(_locate(spec.ct2_dir).parent, target, model_bin=model_bin)
+        sources = [f"{p.distribution}=={p.version}" for p in spec.model_bin_parts]
+        marker.write_text(json.dumps({**source, "sources": sources}, indent=2) + "\n")
     return target
+
+
+@contextmanager
+def _writing_cache(folder: Path):
+    """A cache that cannot be written (a read-only home or mount) as one line saying what to do."""
+    try:
+        yield
+    except OSError as error:
+        raise ModelNotFound(f"{folder}: cannot write the model cache ({error.strerror or error}); "
+                            "set WHISPER_SPEC_CACHE to a writable folder") from error
 
 
 def _is_ct2_dir(path: Path) -> bool:
@@ -162,8 +174,9 @@ def _converted_ct2(path: Path) -> Path:
     target = cache_dir() / "converted" / f"{digest}-v{CONVERTER_VERSION}"
     if not (target / "config.json").is_file():
         shutil.rmtree(target.with_name(target.name + ".partial"), ignore_errors=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        convert_ct2_to_hf(path, target, model_bin=model_bin)
+        with _writing_cache(target.parent):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            convert_ct2_to_hf(path, target, model_bin=model_bin)
     return target
 
 
