@@ -30,6 +30,9 @@ SETTINGS = {  # name: (extra command-line flags, environment)
     "--threads 1": (["--threads", "1"], {}),
     "--threads 2": (["--threads", "2"], {}),
     "passive waits": ([], {"OMP_WAIT_POLICY": "PASSIVE"}),  # OpenMP threads sleep at barriers
+    # libgomp's threads spin this many times before they sleep (300,000 by default)
+    "spin 10000": ([], {"GOMP_SPINCOUNT": "10000"}),
+    "spin 1000": ([], {"GOMP_SPINCOUNT": "1000"}),
 }
 
 
@@ -44,11 +47,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names of SETTINGS")
+    parser.add_argument("--loads", default="idle,one core busy", help="comma-separated: idle, one core busy")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
     settings = args.settings.split(",")
     report = {"machine": machine_info(torch.device("cpu")), "repeats": args.repeats, "results": []}
-    for load in ("idle", "one core busy"):
+    for load in args.loads.split(","):
         busy = None
         if load != "idle":
             busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])

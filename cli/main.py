@@ -6,8 +6,10 @@ Each command imports what it needs when it runs, so --help and --version start f
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,14 +56,31 @@ def pair_args(args) -> dict:
                 device=device, int8=int8, encoder_precision=args.encoder_precision)
 
 
+def idle_cores(readings: int = 3) -> int | None:
+    """The cores this process may use that no other process keeps busy now: a busy core shared by
+    two of torch's threads makes every parallel region wait for a time slice (benchmarks/threads.py).
+    From /proc/loadavg's count of runnable threads, the fewest of a few readings 10 ms apart, less
+    this one; None where that cannot be read (not Linux)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+        running = []
+        for _ in range(readings):
+            running.append(int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]))
+            time.sleep(0.01)
+    except (OSError, AttributeError, ValueError, IndexError):
+        return None
+    return max(1, cores - (min(running) - 1))
+
+
 def load_from_args(args, note):
     """The model pair the options name (pair_args), loaded."""
     from whisper_spec.load import DEFAULT_ASSISTANT, load_pair
 
-    if args.threads:  # before loading: the kernels' row-invariance is probed with the threads that will run them
+    threads = args.threads or idle_cores()
+    if threads:  # before loading: the kernels' row-invariance is probed with the threads that will run them
         import torch
 
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(threads)
     spec = pair_args(args)
     pair = load_pair(**spec)
     if spec["assistant"] == DEFAULT_ASSISTANT and pair.assistant is None:
@@ -99,6 +118,8 @@ def _setup(args, formats: list[str], load: bool = True):
         compression_ratio_threshold=args.compression_ratio_threshold,
     )
     chunking = _options(ChunkingOptions, chunk_length=args.chunk_length, overlap=args.overlap)
+    if args.max_words_per_line is not None and not {"srt", "vtt"} & set(formats):
+        note(f"--max-words-per-line shapes srt and vtt cues; the {', '.join(formats)} output has none")
     pair = load_from_args(args, note) if load else None
     try:
         special = pair.main.special if pair is not None else _special_tokens(args.model)

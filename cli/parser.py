@@ -89,7 +89,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                             "auto: shared for decoder-only checkpoints (default: %(default)s)")
     group.add_argument("--device", type=device, default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     group.add_argument("--threads", type=positive_int, default=None,
-                       help="CPU threads for torch (default: every core this process may use)")
+                       help="CPU threads for torch (default: the cores this process may use that no other "
+                            "process keeps busy when it starts)")
     group.add_argument("--compile-drafts", action="store_true",
                        help="on CPU, compile the assistant's draft step with torch.compile: draft steps about a third "
                             "cheaper after compiling for tens of seconds once, then some 9 s a process; "
@@ -165,15 +166,21 @@ def _add_output_options(parser: argparse.ArgumentParser, output_dir_required: bo
     out.add_argument("--quiet", "-q", action="store_true", help="no progress bar or notes")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as the one line that matters and where to read more, not the whole usage first."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="Whisper transcription with speculative decoding: exact output, less time."
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser = _Parser(prog=PROG, description="Whisper transcription with speculative decoding: exact output, less time.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     transcribe = sub.add_parser("transcribe", help="transcribe audio files",
-                                description="Transcribe audio files (wav, flac, ogg, mp3; any rate; stereo is downmixed).")
+                                description="Transcribe audio files (wav, flac, ogg, mp3, m4a, mp4, webm, ...; any "
+                                            "rate; stereo is downmixed).")
     transcribe.add_argument("files", nargs="+", metavar="FILE")
     _add_model_options(transcribe)
     _add_decoding_options(transcribe)
@@ -207,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_parser(sub)
     _add_quantize_parser(sub)
     _add_models_parser(sub)
+    for command in sub.choices.values():  # `whisper-spec transcribe --version` too
+        command.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     return parser
 
 

@@ -129,7 +129,28 @@ def test_unwritable_output_file_is_a_failure_and_the_job_goes_on(capsys, tmp_pat
 def test_bad_option_values_are_usage_errors(capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
         main(["transcribe", str(QUILTER), *args])
-    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err
+    # the line that matters alone, not after the whole usage
+    assert err.count("\n") == 1 and "see whisper-spec transcribe --help" in err, err
+
+
+@pytest.mark.parametrize("command", ["transcribe", "batch", "bench"])
+def test_every_command_takes_version(capsys, command):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("whisper-spec ")
+
+
+def test_batch_errors_and_notes_carry_the_tool_name(capsys, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "broken.flac").write_bytes(b"not audio at all")
+    shutil.copy(QUILTER, folder / "good.flac")
+    code, _, err = run(capsys, "batch", folder, "-o", tmp_path / "out", "-m", "tiny.en", "--max-words-per-line", "3")
+    assert code == 1
+    assert any(line.startswith("whisper-spec: error: ") and "broken.flac" in line for line in err.splitlines()), err
+    assert "whisper-spec: --max-words-per-line shapes srt and vtt cues; the txt output has none" in err
 
 
 @pytest.mark.parametrize("args, message", [
@@ -178,6 +199,30 @@ def test_without_a_terminal_progress_is_a_line_per_file(tmp_path):
     assert f"whisper-spec: [1/3] {QUILTER}: done" in lines and f"whisper-spec: [2/3] {CLIPS[0]}: done" in lines
     assert any("missing.wav: no such file" in line for line in lines)
     assert "\r" not in run.stderr  # no bar
+
+
+def test_in_a_log_a_long_file_reports_progress_before_it_ends(capsys, monkeypatch):
+    from whisper_spec import jobs
+
+    monkeypatch.setattr(jobs, "LOG_EVERY_SECONDS", 0.0)
+    long_file = speech("longform/librispeech-test-other_1688-142285_0000-0009.flac")
+    code, _, err = run(capsys, "transcribe", long_file, "-m", "tiny.en")
+    lines = err.splitlines()
+    done = [i for i, line in enumerate(lines) if line.endswith(": done")]
+    moving = [i for i, line in enumerate(lines) if line.endswith("s of audio transcribed")]
+    assert code == 0 and len(done) == 1 and len(moving) >= 2 and moving[0] < done[0], err
+
+
+def test_a_header_that_undercounts_never_takes_the_bar_past_its_total(tmp_path):
+    from whisper_spec.jobs import AudioProgress
+
+    unknown = tmp_path / "unknown.bin"
+    unknown.write_bytes(b"\0" * 100)  # no header either decoder reads: 0 s
+    progress = AudioProgress([QUILTER, unknown], enabled=True)
+    total = progress.bar.total
+    progress.advance(total + 5.0)
+    assert progress.bar.total >= total + 5.0
+    progress.close()
 
 
 def test_json_times_are_rounded_and_stdout_blocks_are_labelled(capsys):

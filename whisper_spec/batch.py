@@ -76,7 +76,7 @@ class BatchLog:
     def _record_failure(self, job: Job, error: str) -> None:
         with self.failures_path.open("a") as f:
             f.write(json.dumps({"path": str(job.path), "error": error}) + "\n")
-        self.bar.write(f"error: {error}")
+        self.bar.write(f"{self.bar.prog}: error: {error}")
         self.failed += 1
 
     def file_failed(self, job: Job, error: str) -> None:

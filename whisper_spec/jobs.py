@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -120,18 +121,30 @@ def _fixed_prefix(pattern: str) -> str:
 
 
 def audio_seconds(path: Path) -> float:
-    """Duration from the file header (cheap); 0 where the header cannot be read."""
+    """Duration from the file header (cheap; a container's through PyAV); 0 where it cannot be read."""
     try:
         info = soundfile.info(str(path))
         return info.frames / info.samplerate
     except Exception:
+        pass
+    try:
+        import av
+
+        with av.open(str(path)) as container:
+            return float(container.duration or 0) / av.time_base
+    except Exception:
         return 0.0
+
+
+LOG_EVERY_SECONDS = 30.0  # where stderr is a log: a progress line at most this often within a file
 
 
 class AudioProgress:
     """Progress over the audio seconds of some files: a bar where stderr is a terminal, a line per
-    finished file where it is not (a log). Totals come from the file headers; a file that fails
-    leaves the total, so the bar ends at 100%. Lines written through it never land on the bar."""
+    finished file where it is not (a log), and in a log every LOG_EVERY_SECONDS a line of the audio
+    seconds done, so a long file shows it moves. Totals come from the file headers, grown where
+    decoding finds more audio than a header said; a file that fails leaves the total, so the bar
+    ends at 100%. Lines written through it never land on the bar."""
 
     def __init__(self, paths: list[Path], enabled: bool, prog: str = "whisper-spec"):
         from tqdm.auto import tqdm
@@ -141,9 +154,17 @@ class AudioProgress:
         self.files, self.finished = len(paths), 0
         self.bar = tqdm(total=round(sum(self.seconds.values()), 3), unit="s", unit_scale=True, desc="audio",
                         disable=not (enabled and sys.stderr.isatty()))
+        self.done_seconds, self.logged = 0.0, time.monotonic()
 
     def advance(self, seconds: float) -> None:
+        self.done_seconds += seconds
+        if self.done_seconds > self.bar.total:  # a header that undercounts: never past 100%
+            self.bar.total = round(self.done_seconds, 3)
         self.bar.update(round(seconds, 3))
+        if self.enabled and self.bar.disable and time.monotonic() - self.logged >= LOG_EVERY_SECONDS:
+            self.logged = time.monotonic()
+            print(f"{self.prog}: {self.done_seconds:.0f} of {self.bar.total:.0f} s of audio transcribed",
+                  file=sys.stderr, flush=True)
 
     def file_done(self, path: str, failed: bool = False) -> None:
         self.finished += 1

@@ -51,7 +51,8 @@ class DecodingOptions:
     # compression_ratio_threshold (a loop) or its tokens' average log-probability (end of text
     # included) is below logprob_threshold; it is then decoded at the next temperature, unless the
     # window is silent: its <|nospeech|> probability after SOT exceeds no_speech_threshold and its
-    # average log-probability does not exceed logprob_threshold, and it yields no text. None: never.
+    # average log-probability does not exceed logprob_threshold (or its text still loops after every
+    # temperature), and it yields no text. None: no such test.
     # Where every temperature fails, the text kept is faster-whisper's choice (decoding.best_attempt)
     no_speech_threshold: float | None = 0.6
     logprob_threshold: float | None = -1.0
