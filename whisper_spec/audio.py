@@ -67,7 +67,9 @@ def _read_with_ffmpeg(path: Path, soundfile_error: Exception) -> np.ndarray:
     except Exception as error:  # neither decoder reads it: libsndfile's reason, unless ffmpeg found a container
         reason = soundfile_error if isinstance(error, av.error.InvalidDataError) else error
         raise AudioError(f"{path}: cannot decode audio ({_first_line(reason)})") from None
-    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+    if not chunks:  # a stream ffmpeg guessed at that holds nothing it can decode
+        raise AudioError(f"{path}: cannot decode audio ({_first_line(soundfile_error)})")
+    return np.concatenate(chunks)
 
 
 def _first_line(error: Exception) -> str:

@@ -38,8 +38,11 @@ class TransformersPeer:
 
     def __init__(self, pair: WhisperPair, workdir: Path):
         from transformers import WhisperForCausalLM, WhisperForConditionalGeneration
+        from transformers.utils.logging import disable_progress_bar
 
         from ..export import save_model
+
+        disable_progress_bar()  # its "Loading weights" bars among the bench's own lines: local files, no wait
 
         self.pair = pair
         self.model = WhisperForConditionalGeneration.from_pretrained(pair.main.path, dtype=pair.dtype).to(pair.device)
