@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
+import torch
 from conftest import speech
 
 from whisper_spec import load
@@ -142,6 +143,14 @@ def test_every_command_takes_version(capsys, command):
     assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("whisper-spec ")
 
 
+def test_a_clip_of_ten_milliseconds_gives_no_text(capsys, tmp_path):
+    audio, rate = soundfile.read(QUILTER, dtype="float32")
+    clip = tmp_path / "ten_ms.wav"
+    soundfile.write(clip, audio[rate : rate + rate // 100], rate)
+    code, out, err = run(capsys, "transcribe", clip, "-f", "json", "-q")
+    assert code == 0 and json.loads(out)["text"] == "", out
+
+
 def test_batch_errors_and_notes_carry_the_tool_name(capsys, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -161,6 +170,8 @@ def test_batch_errors_and_notes_carry_the_tool_name(capsys, tmp_path):
     (["--assistant", "my-assistant/"], "my-assistant/: no such directory"),
     (["-m", "./mymodels/whisper-small"], "./mymodels/whisper-small: no such directory"),
     (["--language", "Klingon"], "--language: unknown language 'Klingon'"),
+    (["--device", "cuda:1"] if not torch.cuda.is_available() else ["--device", f"cuda:{torch.cuda.device_count()}"],
+     "device cuda:"),
 ])
 def test_errors_are_one_line_and_name_the_flag_or_the_path(capsys, args, message):
     code, out, err = run(capsys, "transcribe", QUILTER, *args)

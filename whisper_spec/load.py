@@ -359,7 +359,9 @@ def load_pair(
     dtype = as_dtype(dtype)
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device cuda asked for, but torch sees no CUDA device")
+        raise ValueError(f"device {device} asked for, but torch sees no CUDA device")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {device} asked for, but torch sees {torch.cuda.device_count()} CUDA device(s)")
     main_model = load_model(main, dtype=dtype, device=device, int8=int8, encoder_precision=encoder_precision)
     assistant_model = None
     assistant_dtype, assistant_int8 = assistant_precision(dtype, int8, assistant_int8, device)
