@@ -187,6 +187,17 @@ def test_bench_refuses_a_missing_dataset(tmp_path, capsys):
     assert "nothing.jsonl" in capsys.readouterr().err
 
 
+def test_bench_says_at_once_when_the_hub_is_out_of_reach(tmp_path, capsys, monkeypatch):
+    """Offline, datasets retried for ~25 s before its error; an unreachable hub is now said in one line."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "https://hub.invalid")  # no such host, online or not
+    code = cli(["bench", "distil-whisper/librispeech_asr_dummy", "--output-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "the Hugging Face hub is not reachable and the dataset is not cached" in err
+
+
 def test_gpu_check_script_runs_in_its_cpu_dry_mode(tmp_path):
     """benchmarks/gpu.sh is what the first GPU runs: its dry mode (CPU, 2 clips, no CUDA tests) runs
     every other part of it here, so it cannot rot before then."""

@@ -3,8 +3,11 @@ Hugging Face dataset."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import tempfile
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,13 +56,43 @@ def load_utterances(source: str, *, config: str | None = None, split: str = "tes
     return _hub_utterances(source, config, split, limit, language)
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub's host answers at all: offline, datasets would retry for tens of
+    seconds before failing."""
+    from huggingface_hub import constants
+
+    host = urllib.parse.urlparse(constants.ENDPOINT).hostname
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _offline():
+    """The hub libraries' offline mode for one call: datasets in the local cache load, others fail at once."""
+    import datasets
+    from huggingface_hub import constants
+
+    saved = constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
+
+
 def _hub_utterances(dataset_id: str, config: str | None, split: str, limit: int | None, language: str | None):
     import datasets
 
+    online = hub_reachable()
     try:
-        data = datasets.load_dataset(dataset_id, config, split=split, streaming=limit is not None)
+        with contextlib.nullcontext() if online else _offline():
+            data = datasets.load_dataset(dataset_id, config, split=split, streaming=limit is not None)
     except Exception as error:  # noqa: BLE001 - any hub or network failure: one clear line
-        raise ValueError(f"{dataset_id}: cannot load the dataset ({str(error).splitlines()[0]})") from None
+        reason = str(error).splitlines()[0] if online else "the Hugging Face hub is not reachable and the dataset is not cached"
+        raise ValueError(f"{dataset_id}: cannot load the dataset ({reason})") from None
     data = data.cast_column("audio", datasets.Audio(decode=False))
     language = language or (config if config and len(config) == 2 else None)
     out = []
