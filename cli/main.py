@@ -64,9 +64,10 @@ def idle_cores(readings: int = 3) -> int | None:
     try:
         cores = len(os.sched_getaffinity(0))
         running = []
-        for _ in range(readings):
+        for reading in range(readings):
+            if reading:
+                time.sleep(0.01)
             running.append(int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]))
-            time.sleep(0.01)
     except (OSError, AttributeError, ValueError, IndexError):
         return None
     return max(1, cores - (min(running) - 1))

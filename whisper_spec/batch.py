@@ -26,8 +26,13 @@ SUMMARY_FILE = "summary.json"
 LEDGER_FILE = ".whisper-spec-outputs"
 
 
+def output_names(job: Job, formats: list[str]) -> list[str]:
+    """A job's outputs, relative to the output folder (writers.write_outputs writes them there)."""
+    return [f"{job.name}.{fmt}" for fmt in formats]
+
+
 def outputs_exist(job: Job, output_dir: Path, formats: list[str]) -> bool:
-    return all((output_dir / f"{job.name}.{fmt}").is_file() for fmt in formats)
+    return all((output_dir / name).is_file() for name in output_names(job, formats))
 
 
 def job_outputs(output_dir: Path) -> dict[str, str | dict]:
@@ -54,7 +59,7 @@ class BatchLog:
         ledger = self.output_dir / LEDGER_FILE
         self.written = set(ledger.read_text().splitlines()) if ledger.is_file() else set()
         pending = [job for job in jobs if not outputs_exist(job, self.output_dir, formats)]
-        foreign = {job.path: [name for name in self._outputs(job) if (self.output_dir / name).exists()
+        foreign = {job.path: [name for name in output_names(job, formats) if (self.output_dir / name).exists()
                               and name not in self.written] for job in pending}
         self.todo = [job for job in pending if not foreign[job.path]]
         self.files, self.skipped = len(jobs), len(jobs) - len(pending)
@@ -70,9 +75,6 @@ class BatchLog:
                 self._record_failure(job, f"{job.path}: {self.output_dir / foreign[job.path][0]} exists and no "
                                           f"whisper-spec job wrote it: left alone, not transcribed")
 
-    def _outputs(self, job: Job) -> list[str]:
-        return [f"{job.name}.{fmt}" for fmt in self.formats]
-
     def _record_failure(self, job: Job, error: str) -> None:
         with self.failures_path.open("a") as f:
             f.write(json.dumps({"path": str(job.path), "error": error}) + "\n")
@@ -84,7 +86,7 @@ class BatchLog:
         self.bar.file_done(str(job.path), failed=True)
 
     def file_done(self, job: Job, duration: float, language: str | None, stats: DecodingStats) -> None:
-        new = [name for name in self._outputs(job) if name not in self.written]
+        new = [name for name in output_names(job, self.formats) if name not in self.written]
         if new:
             with (self.output_dir / LEDGER_FILE).open("a") as ledger:
                 ledger.write("".join(f"{name}\n" for name in new))

@@ -133,7 +133,7 @@ def transcribe(
         langs = [languages.get(paths[w.file], options.language) for w in batch]
         out, _ = decode_windows(
             pair, mel, replace(options, timestamps=timestamps), assistant_mel=assistant_mel, languages=langs,
-            seeds=[zlib.crc32(w.audio.tobytes()) for w in batch], use_assistant=use_assistant,
+            seeds=[zlib.crc32(np.ascontiguousarray(w.audio)) for w in batch], use_assistant=use_assistant,
         )
         if options.word_timestamps:
             # right after decoding: the main decoder's cross-attention still holds this batch's audio
