@@ -46,12 +46,15 @@ def progress(entry: dict) -> None:
 def long_recordings(name: str, folder: Path) -> tuple[list[dict], list[Path]]:
     """The long recordings of a benchmark, as manifest-like rows (language, text, duration_s) and
     paths. "longform": the shared long-form files (7 LibriSpeech test-other chapters, a TED excerpt,
-    the 128 s mp3), in English. "fleurs": each language's FLEURS clips (de, es, fr, pt, en) joined
+    the 128 s mp3), in English. "joined": the 78 LibriSpeech clips joined into 4 recordings with
+    pauses, quiet starts and ends (_joined_librispeech). "fleurs": each language's FLEURS clips (de, es, fr, pt, en) joined
     end to end, half a second of silence between them, written to folder, the clips' texts joined."""
     rows = manifest_rows()
     if name == "longform":
         files = [r | {"language": "en"} for r in rows if r["set"] in ("longform", "unlabeled_longform")]
         return files, [SPEECH / r["path"] for r in files]
+    if name == "joined":
+        return _joined_librispeech([r for r in rows if r["set"] == "librispeech"], folder)
     files, paths = [], []
     for language in ("de", "es", "fr", "pt", "en"):
         clips = [r for r in rows if r["set"] == f"fleurs_{language}"]
@@ -70,3 +73,31 @@ def last_speech(path: Path) -> float:
     audio = load_audio(str(path))
     loud = np.flatnonzero(np.abs(audio) > 0.02)
     return float(-(-(loud[-1] + 1) // (SAMPLE_RATE // 100)) / 100) if len(loud) else 0.0
+
+
+def _joined_librispeech(clips: list[dict], folder: Path, recordings: int = 4, seed: int = 0):
+    """The LibriSpeech clips joined in order into a few recordings, as a user's long file: each starts
+    with 0-5 s of room tone, its clips are separated by pauses of 0.2-2 s (one in five 4-12 s), and it
+    ends with 0-15 s of room tone (steady noise at -60 dBFS). Rows carry utt_ids, so the benchmark
+    compares them with the clips transcribed one by one."""
+    rng = np.random.default_rng(seed)
+
+    def room_tone(seconds: float) -> np.ndarray:
+        noise = rng.standard_normal(int(seconds * SAMPLE_RATE)).astype(np.float32)
+        return np.convolve(noise, np.ones(8, np.float32) / 8, mode="same") * 0.003
+
+    files, paths = [], []
+    for index, group in enumerate(np.array_split(np.arange(len(clips)), recordings)):
+        parts = [room_tone(rng.uniform(0, 5))]
+        for i in group:
+            parts.append(load_audio(str(SPEECH / clips[i]["path"])))
+            long_pause = rng.random() < 0.2
+            parts.append(room_tone(rng.uniform(4, 12) if long_pause else rng.uniform(0.2, 2)))
+        parts[-1] = room_tone(rng.uniform(0, 15))
+        audio = np.concatenate(parts)
+        path = folder / f"librispeech_joined_{index}.wav"
+        soundfile.write(path, audio, SAMPLE_RATE)
+        files.append({"language": "en", "text": " ".join(clips[i]["text"] for i in group),
+                      "utt_ids": [clips[i]["utt_id"] for i in group], "duration_s": len(audio) / SAMPLE_RATE})
+        paths.append(path)
+    return files, paths

@@ -1,24 +1,24 @@
-"""Long-form speed and WER on the shared long-form set: the bench's configurations, per batch size.
+"""Long audio, both ways of cutting it: speech chunks (VAD, the default) and windows one after another.
 
-Runs the chunked pipeline over the shared long-form files (7 LibriSpeech test-other chapters,
-a TED excerpt, the 128 s mp3) in the configurations `whisper-spec bench` compares: int8 decoders
-(the CPU default) and float32 decoders, each main-only and speculative, and faster-whisper int8
-where installed (its sequential `transcribe` at batch 1, its batched pipeline above). It reports
-real-time factors, speedups, whether the transcripts are identical, and WER of the stitched
-transcripts (Whisper's English normalizer with the spelling table). The configurations take turns
-file by file (the order rotating), so a drift in the machine's speed during the run weighs on all
-alike; windows are batched within a file.
+Runs the pipeline over the shared long-form files (7 LibriSpeech test-other chapters, a TED excerpt,
+the 128 s mp3) with the int8 decoders (the CPU default; --precisions int8,float32 adds float32), each
+mode main-only and speculative, beside faster-whisper int8 where installed (its sequential
+`transcribe` at batch 1, its batched pipeline, which cuts at VAD pauses too, above). Per configuration:
+seconds, real-time factor, WER (Whisper's English normalizer with the spelling table), windows and
+seconds of audio decoded against the recordings' length, and per file how far the last segment ends
+after the last speech (the last 10 ms with a sample above -34 dBFS). The configurations take turns
+file by file (the order rotating), so a drift in the machine's speed weighs on all alike; windows are
+batched within a file. For the LibriSpeech chapters, each mode's WER against the same utterances
+decoded one by one (what a seam or a pause costs).
 
-Quality of the long-form output: per file, where its last segment ends against where its last
-speech does (the last 10 ms with a sample above -34 dBFS), and for the LibriSpeech chapters the
-stitched WER against the WER of the same utterances decoded one by one.
+--set joined: the 78 LibriSpeech clips joined into 4 recordings with pauses of 0.2-12 s and quiet
+starts and ends (benchmarks/_common.py), against the clips transcribed one by one.
+--set fleurs: each language's FLEURS clips (de, es, fr, pt, en) joined end to end with half a second
+of silence between them, in their language.
 
---set fleurs: long recordings in other languages instead, each language's FLEURS clips (de, es, fr,
-pt, en) joined end to end with half a second of silence between them, in their language.
-
-    python benchmarks/longform.py --batch-sizes 1,4 --output benchmarks/results/longform_cpu.json
-    python benchmarks/longform.py --set fleurs --batch-sizes 1,4 --output benchmarks/results/longform_fleurs_cpu.json
-    python benchmarks/longform.py --batch-sizes 4 --speculation on --peers none --output benchmarks/results/longform_b4_on_cpu.json
+    python benchmarks/longform.py --batch-sizes 4 --output benchmarks/results/longform_vad_epyc_cpu.json
+    python benchmarks/longform.py --set joined --batch-sizes 4 --output benchmarks/results/longform_vad_joined_epyc_cpu.json
+    python benchmarks/longform.py --set fleurs --batch-sizes 4 --output benchmarks/results/longform_vad_fleurs_epyc_cpu.json
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from _common import SPEECH, last_speech, long_recordings, manifest_rows, progress, write_report
 
@@ -36,9 +37,13 @@ from whisper_spec.audio import load_audio
 from whisper_spec.bench.metrics import machine_info, word_error_rate
 from whisper_spec.bench.peers import load_peers
 from whisper_spec.load import default_precision, load_pair
-from whisper_spec.options import DecodingOptions
+from whisper_spec.options import ChunkingOptions, DecodingOptions
 from whisper_spec.pipeline import transcribe
 from whisper_spec.sources import default_assistant
+from whisper_spec.vad import VAD_FRAME, speech_probabilities
+
+
+MODES = {"vad": ChunkingOptions(vad=True), "sequential": ChunkingOptions(vad=False)}
 
 
 def main() -> int:
@@ -46,8 +51,9 @@ def main() -> int:
     parser.add_argument("--model", default="base")
     parser.add_argument("--assistant", default=None, help="default: the model's distilled assistant")
     parser.add_argument("--batch-sizes", default="1,4")
+    parser.add_argument("--precisions", default="int8", help="decoder precisions: int8, float32 or both")
     parser.add_argument("--peers", default="faster-whisper", help="faster-whisper or none")
-    parser.add_argument("--set", dest="recordings", choices=("longform", "fleurs"), default="longform")
+    parser.add_argument("--set", dest="recordings", choices=("longform", "joined", "fleurs"), default="longform")
     parser.add_argument("--speculation", choices=("auto", "on"), default="auto",
                         help="when speculative configurations draft (DecodingOptions.speculation)")
     parser.add_argument("--output", type=Path, default=None)
@@ -62,18 +68,18 @@ def main() -> int:
         parser.error(f"{args.model} has no distilled assistant: give --assistant")
     cpu = torch.device("cpu")
     pairs = {}
-    for int8 in (True, False):
-        int8, dtype = default_precision(cpu, int8)
-        pairs["int8" if int8 else "float32"] = load_pair(args.model, assistant, int8=int8, dtype=dtype)
-    peers = load_peers(pairs["int8"], args.model, tuple(args.peers.split(",")), Path("."), note=print)
+    for precision in args.precisions.split(","):
+        int8, dtype = default_precision(cpu, precision == "int8")
+        pairs[precision] = load_pair(args.model, assistant, int8=int8, dtype=dtype)
+    peers = load_peers(next(iter(pairs.values())), args.model, tuple(args.peers.split(",")), Path("."), note=print)
     options = DecodingOptions(speculation=args.speculation)
     audio_seconds = sum(r["duration_s"] for r in files)
     shortest = paths[min(range(len(files)), key=lambda i: files[i]["duration_s"])]
 
-    def ours(precision: str, speculative: bool, batch: int):
+    def ours(mode: str, precision: str, speculative: bool, batch: int):
         def run(path: Path) -> tuple[str, object]:
             (result,) = transcribe(pairs[precision], [path], options, batch_size=batch, languages=languages,
-                                   use_assistant=speculative)
+                                   use_assistant=speculative, chunking=MODES[mode])
             return result.text, result
         return run
 
@@ -88,8 +94,8 @@ def main() -> int:
               "files": len(paths), "languages": [f["language"] for f in files], "audio_seconds": audio_seconds,
               "results": []}
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
-        runs = {f"{mode} {precision}": ours(precision, mode == "speculative", batch)
-                for precision in pairs for mode in ("main-only", "speculative")}
+        runs = {f"{mode} {kind} {precision}": ours(mode, precision, kind == "speculative", batch)
+                for mode in MODES for precision in pairs for kind in ("main-only", "speculative")}
         runs.update({f"{name} int8": peer(name, batch) for name in peers})
         for run in runs.values():
             run(shortest)  # warm-up: first calls, faster-whisper's VAD model
@@ -112,39 +118,81 @@ def main() -> int:
                                           [files[i]["language"] for i in labeled]),
                    "wer_by_file": {paths[i].name: round(word_error_rate([files[i]["text"]], [texts[name][i]],
                                                                         [files[i]["language"]]), 4) for i in labeled}}
-            if name.startswith("speculative"):
+            if results[name][0] is not None:
                 stats = [r.stats for r in results[name]]
                 drafted = sum(s.drafted for s in stats)
                 row["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
+                row["windows"] = sum(s.windows for s in stats)
+                row["decoded_audio_seconds"] = round(sum(s.audio_seconds for s in stats), 1)
+                row["decoded_audio_ratio"] = round(row["decoded_audio_seconds"] / audio_seconds, 3)
                 row["last_segment_end_minus_last_speech"] = {
                     path.name: round((r.segments[-1].end if r.segments else 0.0) - ends[path.name], 2)
                     for path, r in zip(paths, results[name])}
             entry["configurations"][name] = row
+        for mode in MODES:
+            for precision in pairs:
+                main, speculative = f"{mode} main-only {precision}", f"{mode} speculative {precision}"
+                entry[f"speedup_{mode}_{precision}"] = seconds[main] / seconds[speculative]
+                entry[f"identical_fraction_{mode}_{precision}"] = sum(
+                    a == b for a, b in zip(texts[main], texts[speculative])) / len(paths)
         for precision in pairs:
-            main, speculative = f"main-only {precision}", f"speculative {precision}"
-            entry[f"speedup_{precision}"] = seconds[main] / seconds[speculative]
-            entry[f"identical_fraction_{precision}"] = sum(
-                a == b for a, b in zip(texts[main], texts[speculative])) / len(paths)
+            for kind in ("main-only", "speculative"):
+                entry[f"vad_over_sequential_{kind}_{precision}"] = (
+                    seconds[f"sequential {kind} {precision}"] / seconds[f"vad {kind} {precision}"])
         report["results"].append(entry)
         progress(entry)
-    if args.recordings == "longform":
-        report["seams"] = _seams(pairs["int8"], DecodingOptions(language="en"), files, texts["main-only int8"])
+    if args.recordings in ("longform", "joined"):
+        precision = next(iter(pairs))
+        report["against_utterances_alone"] = _against_utterances(
+            pairs[precision], DecodingOptions(language="en"), files,
+            {mode: texts[f"{mode} main-only {precision}"] for mode in MODES})
+    report["voice_activity"] = _vad_speed(paths)
     for peer in peers.values():
         peer.close()
     return write_report(report, args.output)
 
 
-def _seams(pair, options: DecodingOptions, files: list[dict], stitched: list[str]) -> dict:
-    """Stitched WER of the LibriSpeech chapters against their utterances decoded one by one."""
+def _vad_speed(paths: list[Path]) -> dict:
+    """Seconds to score every frame of the recordings for speech: our batched module, and the
+    silero-vad package's model a frame a call (its get_speech_timestamps), with the largest difference."""
+    import silero_vad
+
+    threads = torch.get_num_threads()
+    package = silero_vad.load_silero_vad()
+    torch.set_num_threads(threads)  # the package's import sets one thread
+    ours_seconds = package_seconds = difference = 0.0
+    for path in paths:
+        audio = load_audio(str(path))
+        start = time.perf_counter()
+        ours = speech_probabilities(audio)
+        ours_seconds += time.perf_counter() - start
+        start = time.perf_counter()
+        package.reset_states()
+        frames = torch.from_numpy(np.pad(audio, (0, -len(audio) % VAD_FRAME))).split(VAD_FRAME)
+        with torch.inference_mode():
+            theirs = [package(frame, 16000).item() for frame in frames]
+        package_seconds += time.perf_counter() - start
+        difference = max(difference, float(np.abs(np.array(ours) - np.array(theirs)).max()))
+    return {"ours_seconds": round(ours_seconds, 3), "package_seconds": round(package_seconds, 3),
+            "largest_probability_difference": difference}
+
+
+def _against_utterances(pair, options: DecodingOptions, files: list[dict], texts: dict[str, list[str]]) -> dict:
+    """Each mode's WER on the LibriSpeech chapters against the references, and against the same
+    utterances decoded one by one, beside theirs."""
     utterances = {r["utt_id"]: r for r in manifest_rows() if r["set"] == "librispeech"}
-    chapters = [(f, text) for f, text in zip(files, stitched) if f.get("utt_ids")]
-    parts = [SPEECH / utterances[u]["path"] for f, _ in chapters for u in f["utt_ids"]]
+    chapters = [i for i, f in enumerate(files) if f.get("utt_ids")]
+    parts = [SPEECH / utterances[u]["path"] for i in chapters for u in files[i]["utt_ids"]]
     separate = {r.path: r.text for r in transcribe(pair, parts, options, use_assistant=False)}
-    joined = [" ".join(separate[str(SPEECH / utterances[u]["path"])] for u in f["utt_ids"]) for f, _ in chapters]
-    references = [f["text"] for f, _ in chapters]
-    return {"chapters": len(chapters),
-            "stitched_wer": word_error_rate(references, [text for _, text in chapters], ["en"] * len(chapters)),
-            "separate_utterances_wer": word_error_rate(references, joined, ["en"] * len(chapters))}
+    joined = [" ".join(separate[str(SPEECH / utterances[u]["path"])] for u in files[i]["utt_ids"]) for i in chapters]
+    references = [files[i]["text"] for i in chapters]
+    english = ["en"] * len(chapters)
+    report = {"chapters": len(chapters), "separate_utterances_wer": word_error_rate(references, joined, english)}
+    for mode, mode_texts in texts.items():
+        long = [mode_texts[i] for i in chapters]
+        report[f"{mode}_wer"] = word_error_rate(references, long, english)
+        report[f"{mode}_wer_against_separate_utterances"] = word_error_rate(joined, long, english)
+    return report
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from whisper_spec.cli.parser import PROG, build_parser
-from whisper_spec.options import BenchOptions, ChunkingOptions, DecodingOptions, DistillOptions, temperature_schedule
+from whisper_spec.options import (BenchOptions, ChunkingOptions, DecodingOptions, DistillOptions, VadOptions,
+                                  temperature_schedule)
 
 
 def _error(message: str) -> None:
@@ -118,7 +119,9 @@ def _setup(args, formats: list[str], load: bool = True):
         no_speech_threshold=args.no_speech_threshold, logprob_threshold=args.logprob_threshold,
         compression_ratio_threshold=args.compression_ratio_threshold,
     )
-    chunking = _options(ChunkingOptions, chunk_length=args.chunk_length, overlap=args.overlap)
+    vad = VadOptions(threshold=args.vad_threshold, min_silence=args.vad_min_silence, speech_pad=args.vad_speech_pad,
+                     min_speech=args.vad_min_speech)  # its errors already name the --vad-* settings
+    chunking = _options(ChunkingOptions, chunk_length=args.chunk_length, vad=args.vad, vad_options=vad)
     if args.max_words_per_line is not None and not {"srt", "vtt"} & set(formats):
         note(f"--max-words-per-line shapes srt and vtt cues; the {', '.join(formats)} output has none")
     pair = load_from_args(args, note) if load else None

@@ -19,6 +19,7 @@ from whisper_spec.options import (
     DecodingOptions,
     DistillOptions,
     RayOptions,
+    VadOptions,
 )
 from whisper_spec.sources import DEFAULT_MODEL
 
@@ -146,10 +147,23 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
                        help="a window whose text compresses better than this (a loop), or whose average "
                             "log-probability is below --logprob-threshold, is decoded at the next temperature; "
                             "'none': no such test (default: %(default)s)")
-    group.add_argument("--chunk-length", type=float, default=ChunkingOptions.chunk_length,
-                       help="seconds per window for audio longer than one window (default: %(default)s)")
-    group.add_argument("--overlap", type=float, default=ChunkingOptions.overlap,
-                       help="seconds shared by consecutive windows, where they are stitched (default: %(default)s)")
+    long = parser.add_argument_group("long audio")
+    long.add_argument("--vad", action=argparse.BooleanOptionalAction, default=ChunkingOptions.vad,
+                      help="decode only the speech Silero VAD finds, in chunks of at most --chunk-length cut at "
+                           "pauses; --no-vad: windows one after another, each from where the text before it "
+                           "stopped, for audio VAD misjudges (speech over music) (default: VAD for audio longer "
+                           "than one window, a short clip whole)")
+    vad = VadOptions()
+    long.add_argument("--vad-threshold", type=float, default=vad.threshold, metavar="P",
+                      help="speech probability above which a 32 ms frame is speech (default: %(default)s)")
+    long.add_argument("--vad-min-silence", type=float, default=vad.min_silence, metavar="SECONDS",
+                      help="a pause at least this long ends a stretch of speech (default: %(default)s)")
+    long.add_argument("--vad-speech-pad", type=float, default=vad.speech_pad, metavar="SECONDS",
+                      help="audio kept on each side of speech, at most half the pause (default: %(default)s)")
+    long.add_argument("--vad-min-speech", type=float, default=vad.min_speech, metavar="SECONDS",
+                      help="stretches of speech shorter than this are dropped (default: %(default)s)")
+    long.add_argument("--chunk-length", type=float, default=ChunkingOptions.chunk_length,
+                      help="most seconds of audio per window or speech chunk (default: %(default)s)")
 
 
 def _add_output_options(parser: argparse.ArgumentParser, output_dir_required: bool) -> None:

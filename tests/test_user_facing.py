@@ -164,7 +164,7 @@ def test_batch_errors_and_notes_carry_the_tool_name(capsys, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--draft-tokens", "-2"], "--draft-tokens must be >= 0"),
-    (["--overlap", "20"], "--overlap must be between 0 and half of --chunk-length"),
+    (["--vad-threshold", "2"], "VAD threshold must be in (0, 1)"),
     (["--chunk-length", "40"], "--chunk-length must be in"),
     (["-m", "large-v9"], "large-v9: not an embedded model"),
     (["--assistant", "my-assistant/"], "my-assistant/: no such directory"),
@@ -193,12 +193,13 @@ def test_progress_counts_each_second_of_audio_once(base_pair):
 
     long_file = QUILTER
     audio, rate = soundfile.read(long_file, dtype="float32")
-    seconds = []
-    # a 5.9 s clip in 3 s windows overlapping by 1 s: three windows, 7.9 s of window audio
-    result = next(transcribe(base_pair, [long_file], DecodingOptions(language="en"),
-                             chunking=ChunkingOptions(chunk_length=3, overlap=1), on_window=seconds.append))
-    assert len(seconds) == 3
-    assert sum(seconds) == pytest.approx(len(audio) / rate, abs=1e-3) == pytest.approx(result.duration, abs=1e-3)
+    # a 5.9 s clip in windows of at most 3 s: speech chunks, or windows one after another
+    for vad in (True, False):
+        seconds = []
+        result = next(transcribe(base_pair, [long_file], DecodingOptions(language="en"),
+                                 chunking=ChunkingOptions(chunk_length=3, vad=vad), on_window=seconds.append))
+        assert len(seconds) >= 2
+        assert sum(seconds) == pytest.approx(len(audio) / rate, abs=1e-3) == pytest.approx(result.duration, abs=1e-3)
 
 
 def test_without_a_terminal_progress_is_a_line_per_file(tmp_path):

@@ -1,8 +1,9 @@
 """whisper-spec: Whisper speculative decoding with output identical to the main model's.
 
-The data flow, one module a stage: audio (files -> 16 kHz -> log-mel features) -> model (encoder,
-decoder with a static KV cache) -> decoding (draft, verify, accept per row) -> stitch (segments of
-overlapping windows) -> writers (txt, json, srt, vtt). load and pair make the model pair;
+The data flow, one module a stage: audio (files -> 16 kHz -> log-mel features) -> vad (long audio ->
+speech chunks) -> model (encoder, decoder with a static KV cache) -> decoding (draft, verify, accept
+per row) -> segments (a window's tokens -> timed segments) -> writers (txt, json, srt, vtt). load and
+pair make the model pair;
 pipeline (transcribe) and batch run files through it; bench and distill measure and train.
 
 Names are imported on first use, so `import whisper_spec` (and the command line's --help) does not
@@ -21,10 +22,10 @@ except PackageNotFoundError:  # a source tree that was never installed
 
 _PUBLIC = {
     "load_audio": "audio", "AudioError": "audio", "log_mel_spectrogram": "audio",
-    "DecodingOptions": "options", "ChunkingOptions": "options", "DistillOptions": "options", "BenchOptions": "options",
+    "DecodingOptions": "options", "ChunkingOptions": "options", "VadOptions": "options", "DistillOptions": "options", "BenchOptions": "options",
     "decode_windows": "decoding", "DecodingStats": "stats",
     "load_model": "load", "load_pair": "load", "WhisperPair": "pair", "IncompatiblePair": "pair",
-    "transcribe": "pipeline", "Transcript": "pipeline", "Failure": "pipeline", "Segment": "stitch",
+    "transcribe": "pipeline", "Transcript": "pipeline", "Failure": "pipeline", "Segment": "segments",
     "run_bench": "bench.harness",
 }
 __all__ = sorted(_PUBLIC)

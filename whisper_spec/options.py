@@ -85,17 +85,35 @@ class DecodingOptions:
 
 
 @dataclass(frozen=True)
+class VadOptions:
+    """Silero VAD's settings (vad.py), with faster-whisper's batched pipeline's values."""
+
+    threshold: float = 0.5  # a 32 ms frame is speech above this probability
+    min_silence: float = 0.16  # seconds below it (less 0.15) that end a stretch of speech
+    speech_pad: float = 0.4  # seconds of the pause kept on each side of speech (at most half a pause)
+    min_speech: float = 0.0  # stretches of speech shorter than this are dropped
+
+    def __post_init__(self):
+        if not 0 < self.threshold < 1:
+            raise ValueError(f"VAD threshold must be in (0, 1), not {self.threshold}")
+        for name in ("min_silence", "speech_pad", "min_speech"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"VAD {name.replace('_', ' ')} must be >= 0 seconds, not {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
 class ChunkingOptions:
-    chunk_length: float = CHUNK_SECONDS  # seconds per window, at most 30
-    overlap: float = 10.0  # seconds shared by consecutive windows (Whisper often leaves the last few
-    # seconds of a window untranscribed, for the next window to take: the overlap must cover them)
+    chunk_length: float = CHUNK_SECONDS  # most seconds of audio per window, at most 30
+    # True: decode a file's speech only, in chunks cut at its pauses (vad.py); False: windows one
+    # after another, each from where the text before it stopped (openai-whisper's way; for audio the
+    # detector misjudges, such as speech over music); None: chunks for audio longer than one window,
+    # a short clip whole (docs/decisions.md, "Long audio: VAD chunks")
+    vad: bool | None = None
+    vad_options: VadOptions = VadOptions()
 
     def __post_init__(self):
         if not 0 < self.chunk_length <= CHUNK_SECONDS:
             raise ValueError(f"chunk_length must be in (0, {CHUNK_SECONDS}] seconds, not {self.chunk_length}")
-        if not 0 <= self.overlap <= self.chunk_length / 2:
-            raise ValueError(f"overlap must be between 0 and half of chunk_length ({self.chunk_length / 2:g} s), "
-                             f"not {self.overlap}")
 
 
 @dataclass(frozen=True)

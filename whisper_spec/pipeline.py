@@ -1,15 +1,16 @@
-"""Files -> overlapping windows -> batched speculative decoding -> stitched segments.
+"""Files -> windows (speech chunks, or windows one after another) -> batched speculative decoding -> segments.
 
-Audio longer than one window is cut into windows that overlap by `overlap` seconds. Windows of
-all files go through the decoder in batches (across windows of one file and across files), and
-each file's windows are stitched back into one transcript: consecutive windows are aligned on
-the tokens they share in the overlap and cut in the middle of the agreeing stretch, so the words
-at a seam appear once. Segment times are on the file's own timeline. Windows judged silent (the
-no-speech rule) give no text; a window's sampling seed is a hash of its samples, so a window decoded
-again at a higher temperature (decoding.decode_encoded) samples alike in any batch or file, and one
-whose text loops at every temperature keeps each of its segments once; a file
-whose last window's text ends early gets its rest decoded again (TAIL_SECONDS); word timestamps
-are read from the main decoder right after each batch.
+A file longer than one window is cut one of two ways (ChunkingOptions.vad). With voice activity
+(the default for long audio), its speech is found once (vad.py) and joined into chunks of at most
+one window, cut at pauses: nothing is decoded where nobody speaks, the chunks of a file decode
+together, and each chunk's times map back to the file's through its Timeline. Without, windows follow
+one another as in openai-whisper: each starts where the text of the one before it stopped, so no
+speech falls between two windows. Windows of all files go through the decoder in batches. Windows
+judged silent (the no-speech rule) give no text; a window's sampling seed is a hash of its samples,
+so a window decoded again at a higher temperature (decoding.decode_encoded) samples alike in any
+batch or file, and one whose text loops at every temperature keeps each of its segments once. Word
+timestamps are read from the main decoder right after each batch, and kept out of the pauses the
+voice activity detector found.
 """
 
 from __future__ import annotations
@@ -28,18 +29,34 @@ from .encoding import detect_languages, pair_features
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
 from .stats import DecodingStats
-from .stitch import Segment, stitch, window_segments
+from .segments import Segment, window_segments
 from .timing import Word, word_timings
+from .tokenizer import TIME_PRECISION
+from .vad import Timeline, clamp_to_speech, padded, plan_chunks, speech_regions
 
 # A window whose every sample lies below -80 dBFS is digital silence (padding, a muted input): it
 # is not even decoded. Quieter rooms and noise are judged by Whisper's no-speech rule (DecodingOptions).
 SILENCE_PEAK = 1e-4
 
-# Whisper often ends a window's text early, leaving a cut-off sentence to the next window; after a
-# file's last window there is none, so when its text ends this many seconds or more before the
-# audio does, the rest is decoded again as a window of its own (as openai-whisper seeks to the
-# last segment's end), until a window's text reaches the end or adds nothing.
+# Whisper often ends a window's text early, before speech that is still in the window: when its last
+# segment ends this many seconds or more before the window does, the rest is decoded as a window of
+# its own (_resume_at), until a window's text reaches its end or adds nothing.
 TAIL_SECONDS = 1.0
+
+# Whisper sometimes closes a segment far later than its words end, skipping speech after them: a
+# segment longer than this many seconds plus SPARSE_SECONDS_PER_TOKEN for each of its tokens has its
+# window's words timed, and where the words end is where the text ends (docs/decisions.md, "Long audio").
+SPARSE_SECONDS = 3.0
+SPARSE_SECONDS_PER_TOKEN = 0.5
+
+# A segment of long audio less than this fraction of whose time the voice activity detector hears
+# as speech is not kept: Whisper's text for a quiet stretch (docs/decisions.md, "Long audio").
+HEARD_FRACTION = 0.2
+
+# Windows one after another start and end in pauses: a window edge inside a word loses the word. A
+# window resumed for a cut-off segment starts in a pause up to this many seconds before it, and a
+# window ends in a pause within five times this of its end (_pause_before, _window_at).
+PAUSE_SNAP_SECONDS = 1.0
 
 
 @dataclass
@@ -73,25 +90,29 @@ class Failure:
 @dataclass
 class _Window:
     file: int
-    index: int
-    start: float  # seconds on the file's timeline
-    audio: np.ndarray  # a view into the file's samples
-    new_seconds: float  # of audio no earlier window covers
-    words: list[Word] | None = None  # with word timestamps, once decoded
+    timeline: Timeline  # where its audio lies in the file
+    audio: np.ndarray  # a stretch of the file's samples, or for a speech chunk its regions joined
+    new_seconds: float  # of the file no earlier window covers (what a progress bar over the file counts)
+    result: WindowResult | None = None  # once decoded
+    words: list[Word] | None = None  # with word timestamps, or where its text is sparse (_sparse), once decoded
+    kept: float | None = None  # seconds of its audio its text is kept for; None: all (_resume_at)
+    # where kept stops at the start of a last segment the window's end cut off: the end of the segment before it
+    closed_end: float | None = None
+
+
+@dataclass
+class _File:
+    path: str
+    audio: np.ndarray
+    windows: list[_Window]
+    chunked: bool  # speech chunks rather than windows one after another
+    speech: list[tuple[int, int]] | None  # samples the voice activity detector found (padded), where it ran
+    pauses: list[tuple[int, int]] = field(default_factory=list)  # between the speech it found, unpadded
+    counted: int = 0  # samples reported to on_window, of a file decoded window after window
 
     @property
-    def end(self) -> float:
-        return self.start + len(self.audio) / SAMPLE_RATE
-
-
-def plan_windows(n_samples: int, chunking: ChunkingOptions) -> list[tuple[int, int]]:
-    """(start, end) sample ranges of the windows covering n_samples; one window for short audio."""
-    chunk = int(chunking.chunk_length * SAMPLE_RATE)
-    step = chunk - int(chunking.overlap * SAMPLE_RATE)
-    starts = [0]
-    while starts[-1] + chunk < n_samples:
-        starts.append(starts[-1] + step)
-    return [(start, min(start + chunk, max(n_samples, 1))) for start in starts]
+    def duration(self) -> float:
+        return len(self.audio) / SAMPLE_RATE
 
 
 def transcribe(
@@ -109,11 +130,11 @@ def transcribe(
     """Transcribe files in order, batching windows across files; yields one result per file.
 
     A file that cannot be read yields a Failure and the others go on. languages maps a path to
-    its language, overriding options.language; a file of several windows with no language gets
-    the language detected on its first window. A file of several windows is always decoded with
-    timestamps: without them Whisper tends to stop early in a long window, and the stitcher needs
-    segment times. on_window(seconds) is called as windows finish, with the seconds of the file's
-    audio each one adds (overlaps counted once), so they add up to the file's duration.
+    its language, overriding options.language; a file longer than one window with no language gets
+    the language detected on its first window. A file longer than one window is always decoded with
+    timestamps: without them Whisper tends to stop early in a long window, and segments need times.
+    on_window(seconds) is called as windows finish, with the seconds of the file's audio each one
+    adds (a pause counted with the window after it), so they add up to the file's duration.
     load(path): the file's 16 kHz samples, raising AudioError (audio decoded elsewhere, as on Ray).
     (One generator of ~80 lines: it keeps result order, batching across files and per-file
     assembly in one place, its steps as inner functions.)
@@ -121,10 +142,10 @@ def transcribe(
     paths = [str(p) for p in paths]
     languages = dict(languages or {})
     pending: dict[bool, list[_Window]] = {False: [], True: []}  # by timestamp mode: a batch has one
-    results: dict[int, list[WindowResult | None]] = {}
-    files: dict[int, list[_Window]] = {}
+    files: dict[int, _File] = {}
     done: dict[int, Transcript | Failure] = {}
     next_to_yield = 0
+    chunk = int(chunking.chunk_length * SAMPLE_RATE)
 
     def flush(timestamps: bool) -> None:
         batch = pending[timestamps][:batch_size]
@@ -135,7 +156,7 @@ def transcribe(
             pair, mel, replace(options, timestamps=timestamps), assistant_mel=assistant_mel, languages=langs,
             seeds=[zlib.crc32(np.ascontiguousarray(w.audio)) for w in batch], use_assistant=use_assistant,
         )
-        if options.word_timestamps:
+        if options.word_timestamps or (timestamps and any(_sparse(pair, w, r) for w, r in zip(batch, out))):
             # right after decoding: the main decoder's cross-attention still holds this batch's audio
             timed = word_timings(pair.main, [r.tokens for r in out], [r.language for r in out], options.task,
                                  [len(w.audio) for w in batch])
@@ -145,18 +166,33 @@ def transcribe(
             finish(window, result, timestamps)
 
     def finish(window: _Window, result: WindowResult, timestamps: bool) -> None:
-        results[window.file][window.index] = result
+        window.result = result
+        file = files[window.file]
+        resume = _resume_at(pair, window) if timestamps else None
+        if resume is not None:
+            window.kept = resume / SAMPLE_RATE
+        if file.chunked:
+            following = None if resume is None else _Window(
+                window.file, window.timeline.after(resume), window.audio[resume:], 0.0)
+        else:  # the next window starts where this one's text stopped
+            if resume is not None and window.closed_end is not None:
+                resume = _pause_before(file, window, resume)
+                window.kept = resume / SAMPLE_RATE
+            start = _speech_from(file, window.timeline.pieces[0][1] + (len(window.audio) if resume is None else resume))
+            following = _window_at(file, window.file, start, chunk) if start < len(file.audio) else None
+            window.new_seconds, file.counted = (start - file.counted) / SAMPLE_RATE, start
         if on_window is not None:
             on_window(window.new_seconds)
-        last = files[window.file][-1]
-        if timestamps and window is last and (tail := _tail(pair, window, result)) is not None:
-            files[window.file].append(tail)
-            languages.setdefault(paths[window.file], result.language)  # the tail is in the file's language
-            results[window.file].append(None)
-            pending[timestamps].append(tail)
-        elif all(r is not None for r in results[window.file]):
-            done[window.file] = _assemble(pair, paths[window.file], files.pop(window.file),
-                                          results.pop(window.file), timestamps, options.compression_ratio_threshold)
+        if following is not None:
+            file.windows.insert(file.windows.index(window) + 1, following)
+            languages.setdefault(file.path, result.language)  # what follows is in the file's language
+            if _silent(following.audio):
+                finish(following, WindowResult([], None, False, DecodingStats(windows=1)), timestamps)
+            else:
+                pending[timestamps].append(following)
+        elif all(w.result is not None for w in file.windows):
+            done[window.file] = _assemble(pair, files.pop(window.file), timestamps, options.compression_ratio_threshold,
+                                          options.word_timestamps)
 
     def ready() -> Iterator[Transcript | Failure]:
         nonlocal next_to_yield
@@ -164,26 +200,30 @@ def transcribe(
             yield done.pop(next_to_yield)
             next_to_yield += 1
 
-    for file, path in enumerate(paths):
+    for index, path in enumerate(paths):
         try:
             audio = load(path)
             language = pair.main.special.language_code(languages.get(path, options.language))
         except (AudioError, ValueError) as error:
-            done[file] = Failure(path, str(error) if isinstance(error, AudioError) else f"{path}: {error}")
+            done[index] = Failure(path, str(error) if isinstance(error, AudioError) else f"{path}: {error}")
             yield from ready()
             continue
-        windows = _file_windows(file, audio, chunking)
-        silent = [_silent(w.audio) for w in windows]
-        sound = [w for w, quiet in zip(windows, silent) if not quiet]
+        file = files[index] = _plan(index, path, audio, chunking)
+        silent = [_silent(w.audio) for w in file.windows]
+        sound = [w for w, quiet in zip(file.windows, silent) if not quiet]
+        long = len(audio) > chunk
         if language is not None:
             languages[path] = language
-        elif len(windows) > 1 and pair.main.special.multilingual and sound:
+        elif long and pair.main.special.multilingual and sound:
             # one language for the whole file, as Whisper does: windows decoded apart could disagree
             languages[path] = detect_languages(pair, pair_features(pair, [sound[0].audio])[0])[0]
-        files[file] = windows
-        results[file] = [None] * len(windows)
-        timestamps = options.timestamps or len(windows) > 1
-        for window, quiet in zip(windows, silent):
+        timestamps = options.timestamps or long
+        if not file.windows:  # no speech at all
+            if on_window is not None:
+                on_window(file.duration)
+            done[index] = _assemble(pair, files.pop(index), timestamps, options.compression_ratio_threshold,
+                                   options.word_timestamps)
+        for window, quiet in zip(list(file.windows), silent):
             if quiet:
                 finish(window, WindowResult([], None, False, DecodingStats(windows=1)), timestamps)
             else:
@@ -198,31 +238,112 @@ def transcribe(
     yield from ready()
 
 
-def _file_windows(file: int, audio: np.ndarray, chunking: ChunkingOptions) -> list[_Window]:
-    """A file's windows; each knows the seconds of audio no earlier window covers (what a progress
-    bar over the file counts)."""
-    ranges = plan_windows(len(audio), chunking)
-    starts = [a for a, _ in ranges[1:]] + [len(audio)]
-    return [_Window(file, i, a / SAMPLE_RATE, audio[a:b], (min(b, next_start) - a) / SAMPLE_RATE)
-            for i, ((a, b), next_start) in enumerate(zip(ranges, starts))]
+def _window_at(file: _File, index: int, start: int, length: int) -> _Window:
+    """A window of a file decoded window after window, from start: at most length samples, ending
+    where the detector's last speech in it does (a quiet stretch after it is not decoded), or in the
+    middle of its last pause within 5 * PAUSE_SNAP_SECONDS of its end."""
+    end = min(start + length, len(file.audio))
+    if file.speech is not None:
+        end = min(end, max((b for a, b in file.speech if a < end), default=end))
+    if end < len(file.audio):
+        reach = round(5 * PAUSE_SNAP_SECONDS * SAMPLE_RATE)
+        middles = [(a + b) // 2 for a, b in file.pauses if end - reach <= (a + b) // 2 < end]
+        end = middles[-1] if middles and middles[-1] > start else end
+    return _Window(index, Timeline(((0, start, end - start),)), file.audio[start:end], (end - start) / SAMPLE_RATE)
+
+
+def _plan(index: int, path: str, audio: np.ndarray, chunking: ChunkingOptions) -> _File:
+    """A file's first windows: its speech chunks where chunking.vad says so (by default for audio
+    longer than a window), else the window at its start (the next ones follow as it is decoded).
+    The voice activity is found for long audio in either mode: it also keeps text and word times
+    out of pauses (_keep_to_speech)."""
+    window = int(chunking.chunk_length * SAMPLE_RATE)
+    long = len(audio) > window
+    chunked = chunking.vad if chunking.vad is not None else long
+    speech, pauses = None, []
+    if chunked or long:
+        found = speech_regions(audio, chunking.vad_options, chunking.chunk_length)
+        speech = padded(found, chunking.vad_options.speech_pad, len(audio))
+        pauses = [(a[1], b[0]) for a, b in zip(found, found[1:])]
+    if not chunked:
+        file = _File(path, audio, [], False, speech, pauses)
+        start = _speech_from(file, 0)
+        if start < len(audio):
+            file.windows.append(_window_at(file, index, start, window))
+        return file
+    chunks = plan_chunks(speech, window)
+    # progress: each chunk counts from the end of the chunk before it (the first from 0, the last to the end)
+    bounds = [0] + [chunk[0][0] for chunk in chunks[1:]] + [len(audio)]
+    windows = [_Window(index, Timeline.joined(chunk), np.concatenate([audio[a:b] for a, b in chunk]),
+                       (bounds[i + 1] - bounds[i]) / SAMPLE_RATE) for i, chunk in enumerate(chunks)]
+    return _File(path, audio, windows, True, speech, pauses)
+
+
+def _speech_from(file: _File, start: int) -> int:
+    """Where the next window of a file decoded window after window starts: at start, or where the
+    detector next hears speech if start is in a pause (the end of the audio if none follows), so no
+    window is spent on a quiet stretch."""
+    if file.speech is None:
+        return start
+    return next((max(start, a) for a, b in file.speech if b > start), len(file.audio))
+
+
+def _pause_before(file: _File, window: _Window, resume: int) -> int:
+    """Where a window decoded window after window resumes, for a last segment it cut off: in the
+    middle of a pause the detector found up to PAUSE_SNAP_SECONDS before that segment's start and after
+    the kept text, where there is one: Whisper's segment starts are coarse, and a window that starts
+    inside a word loses it."""
+    offset = window.timeline.pieces[0][1]
+    at, reach = offset + resume, round(PAUSE_SNAP_SECONDS * SAMPLE_RATE)
+    floor = offset + round(window.closed_end * SAMPLE_RATE)  # the kept text's end: no word twice
+    middles = [(a + b) // 2 for a, b in file.pauses if a <= at and b >= at - reach and (a + b) // 2 >= floor]
+    return min(resume, middles[-1] - offset) if middles and middles[-1] > offset else resume
 
 
 def _silent(audio: np.ndarray) -> bool:
     return float(np.abs(audio).max(initial=0.0)) < SILENCE_PEAK
 
 
-def _tail(pair: WhisperPair, window: _Window, result: WindowResult) -> _Window | None:
-    """The audio after the end of a file's last window's text, as a window to decode, where its
-    text ended TAIL_SECONDS or more before the audio (see TAIL_SECONDS); None otherwise."""
-    if result.no_speech:
+def _window_segments(pair: WhisperPair, window: _Window, timestamps: bool) -> list[Segment]:
+    """A window's segments on its own timeline, those it keeps (_resume_at), each ending by the end
+    of its last word where its words are timed."""
+    duration = len(window.audio) / SAMPLE_RATE
+    segments = window_segments(window.result.tokens, pair.main.tokenizer, duration, timestamps, window.words)
+    for segment in segments:
+        if segment.words:
+            segment.end = max(min(segment.end, segment.words[-1].end), segment.start)
+    return [s for s in segments if window.kept is None or s.start < window.kept]
+
+
+def _sparse(pair: WhisperPair, window: _Window, result: WindowResult) -> bool:
+    """Whether a segment of the window lasts far longer than its tokens could be spoken in (see SPARSE_SECONDS)."""
+    duration = len(window.audio) / SAMPLE_RATE
+    return not result.no_speech and any(
+        s.end - s.start > SPARSE_SECONDS + SPARSE_SECONDS_PER_TOKEN * len(s.tokens)
+        for s in window_segments(result.tokens, pair.main.tokenizer, duration, timestamps=True))
+
+
+def _resume_at(pair: WhisperPair, window: _Window) -> int | None:
+    """Where in a window's audio (samples) decoding has to go on, as openai-whisper seeks: at the
+    start of a last segment the text leaves open (cut off by the window's end; dropped here, decoded
+    whole in the next window), or where its text ends (its last segment's, or where timed, its last
+    word's end) when that is TAIL_SECONDS or more before the end of the audio and sound follows.
+    None: the window's text covers it."""
+    result = window.result
+    if result.no_speech or not result.tokens:
         return None
-    segments = window_segments(result.tokens, pair.main.tokenizer, window.start, window.end, timestamps=True)
-    if not segments or segments[-1].end <= window.start or window.end - segments[-1].end < TAIL_SECONDS:
+    duration = len(window.audio) / SAMPLE_RATE
+    segments = window_segments(result.tokens, pair.main.tokenizer, duration, timestamps=True)
+    text = [t for t in result.tokens if t != pair.main.special.eot]
+    text_end = window.words[-1].end if window.words else segments[-1].end if segments else 0.0
+    if len(segments) > 1 and text and text[-1] < pair.main.special.timestamp_begin:  # last one open
+        resume, window.closed_end = segments[-1].start, segments[-2].end
+    elif segments and duration - text_end >= TAIL_SECONDS:
+        resume = text_end
+    else:
         return None
-    offset = round((segments[-1].end - window.start) * SAMPLE_RATE)
-    if _silent(window.audio[offset:]):
-        return None
-    return _Window(window.file, window.index + 1, window.start + offset / SAMPLE_RATE, window.audio[offset:], 0.0)
+    offset = round(resume * SAMPLE_RATE)
+    return offset if 0 < offset < len(window.audio) and not _silent(window.audio[offset:]) else None
 
 
 def _once_each(segments: list[Segment]) -> list[Segment]:
@@ -233,20 +354,50 @@ def _once_each(segments: list[Segment]) -> list[Segment]:
     return [s for s in segments if not (s.text in seen or seen.add(s.text))]
 
 
-def _assemble(pair: WhisperPair, path: str, windows: list[_Window], results: list[WindowResult],
-              timestamps: bool, loop_ratio: float | None) -> Transcript:
+def _assemble(pair: WhisperPair, file: _File, timestamps: bool, loop_ratio: float | None,
+              keep_words: bool) -> Transcript:
+    """A file's windows' segments, in order, on the file's timeline."""
     tokenizer = pair.main.tokenizer
-    pieces = []
-    for w, r in zip(windows, results):
-        segments = [] if r.no_speech else window_segments(r.tokens, tokenizer, w.start, w.end, timestamps, w.words)
-        if loop_ratio is not None and r.compression_ratio > loop_ratio:
-            segments = _once_each(segments)
-        pieces.append((w.start, w.end, segments))
-    segments = stitch(pieces, tokenizer)
+    segments = []
+    for window in file.windows:
+        result = window.result
+        kept = [] if result.no_speech else _window_segments(pair, window, timestamps)
+        if not keep_words:  # timed only to find where the text ends (_sparse)
+            for segment in kept:
+                segment.words = []
+        if loop_ratio is not None and result.compression_ratio > loop_ratio:
+            kept = _once_each(kept)
+        for segment in kept:
+            segment.start, segment.end = window.timeline.span(segment.start, segment.end)
+            for word in segment.words:  # within its segment: a word's own span may not cross the seam alike
+                start, end = window.timeline.span(word.start, word.end)
+                word.start = min(max(start, segment.start), segment.end)
+                word.end = min(max(end, word.start), segment.end)
+        segments += kept
+    if file.speech is not None:
+        segments = _keep_to_speech(segments, file.speech)
+    for segment in segments:  # a subtitle cue of no length is not shown
+        segment.end = max(segment.end, segment.start + TIME_PRECISION)
     full_text = tokenizer.decode([t for s in segments for t in s.tokens]).strip()
-    languages = Counter(r.language for r in results if r.language)
-    stats = DecodingStats()
-    for result in results:
-        stats.add(result.stats)
-    duration = windows[-1].end
-    return Transcript(path, full_text, languages.most_common(1)[0][0] if languages else None, duration, segments, stats)
+    languages = Counter(w.result.language for w in file.windows if w.result.language)
+    stats = DecodingStats(audio_seconds=sum(len(w.audio) for w in file.windows) / SAMPLE_RATE)
+    for window in file.windows:
+        stats.add(window.result.stats)
+    return Transcript(file.path, full_text, languages.most_common(1)[0][0] if languages else None, file.duration,
+                      segments, stats)
+
+
+def _keep_to_speech(segments: list[Segment], speech: list[tuple[int, int]]) -> list[Segment]:
+    """Words moved out of pauses (DTW can stretch the first word after a pause back over it),
+    segments with words spanning their words, and then segments less than HEARD_FRACTION speech
+    dropped (a text in a quiet stretch, such as "Thank you." over room tone)."""
+    for segment in segments:
+        for word in segment.words:
+            word.start, word.end = clamp_to_speech(word.start, word.end, speech)
+        if segment.words:
+            segment.start, segment.end = segment.words[0].start, segment.words[-1].end
+    return [s for s in segments if _speech_seconds(s.start, s.end, speech) >= HEARD_FRACTION * (s.end - s.start)]
+
+
+def _speech_seconds(start: float, end: float, speech: list[tuple[int, int]]) -> float:
+    return sum(max(0.0, min(end, b / SAMPLE_RATE) - max(start, a / SAMPLE_RATE)) for a, b in speech)

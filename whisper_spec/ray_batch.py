@@ -2,8 +2,8 @@
 
 Ray Data streams it: CPU tasks decode each file's audio (any format, resampled to 16 kHz), and a
 pool of actors, each holding one loaded pair (one per GPU on a GPU cluster), transcribes the
-decoded audio with the local pipeline (`pipeline.transcribe`: the same windows, rules and
-stitching, so the same transcripts) and writes each file's outputs atomically into the output
+decoded audio with the local pipeline (`pipeline.transcribe`: the same chunks and rules, so the
+same transcripts) and writes each file's outputs atomically into the output
 folder as soon as the file is done. The driver records failures and the summary (`batch.BatchLog`)
 as results stream back. However a run ends, only whole files are left, and a re-run skips the
 files whose outputs exist. Ray is an optional extra (`pip install -e '.[ray]'`); only this module

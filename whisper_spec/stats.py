@@ -22,6 +22,7 @@ class DecodingStats:
     row_forwards: int = 0
     assistant_forwards: int = 0
     fallbacks: int = 0  # windows decoded again at a higher temperature, once per extra pass
+    audio_seconds: float = 0.0  # of audio in the windows (pipeline.transcribe; speech chunks hold no pauses)
     encoder_seconds: float = 0.0
     decoding_seconds: float = 0.0
     drafted_by_position: list[int] = field(default_factory=list)
@@ -37,7 +38,7 @@ class DecodingStats:
 
     def add(self, other: "DecodingStats") -> None:
         for name in ("windows", "drafted", "accepted", "generated", "main_forwards", "row_forwards",
-                     "assistant_forwards", "fallbacks", "encoder_seconds", "decoding_seconds"):
+                     "assistant_forwards", "fallbacks", "audio_seconds", "encoder_seconds", "decoding_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for mine, theirs in ((self.drafted_by_position, other.drafted_by_position),
                              (self.accepted_by_position, other.accepted_by_position)):
@@ -55,6 +56,7 @@ class DecodingStats:
             "main_forwards": self.main_forwards,
             "assistant_forwards": self.assistant_forwards,
             "fallbacks": self.fallbacks,
+            "audio_seconds": round(self.audio_seconds, 3),
             "tokens_per_main_forward": (None if self.tokens_per_main_forward is None
                                         else round(self.tokens_per_main_forward, 3)),
             "encoder_seconds": round(self.encoder_seconds, 3),
