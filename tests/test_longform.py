@@ -4,14 +4,18 @@ pauses and quiet tails, word times out of pauses, and speculative == main-only i
 import numpy as np
 import pytest
 import soundfile
+import torch
 from conftest import speech
 
 from whisper_spec.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.metrics import word_error_rate
 from whisper_spec.options import ChunkingOptions, DecodingOptions, VadOptions
 from whisper_spec.pair import WhisperPair, decoder_subset
-from whisper_spec.pipeline import transcribe
-from whisper_spec.vad import Timeline, clamp_to_speech, padded, plan_chunks, speech_regions
+from whisper_spec.pipeline import Transcript, _keep_to_speech, transcribe
+from whisper_spec.segments import Segment
+from whisper_spec.timing import Word
+from whisper_spec.vad import VAD_FRAME, clamp_to_speech, padded, plan_chunks, speech_probabilities, speech_regions
+from whisper_spec.writers import to_srt
 
 LONG = ["longform/bill_gates-TED-next-epidemic-excerpt.flac",
         "longform/librispeech-test-other_1688-142285_0000-0009.flac",
@@ -21,30 +25,18 @@ S = SAMPLE_RATE
 
 
 def test_chunks_are_fewest_and_cut_at_the_longest_pauses():
-    # speech of 10, 8, 9, 7 and 6 s with pauses of 1, 3, 0.5 and 2 s between them
-    lengths, pauses = [10, 8, 9, 7, 6], [1, 3, 0.5, 2]
+    # speech of 10, 7, 8, 5 and 6 s with pauses of 1, 3, 0.5 and 2 s between them
+    lengths, pauses = [10, 7, 8, 5, 6], [1, 3, 0.5, 2]
     regions, t = [], 0.0
     for i, length in enumerate(lengths):
         regions.append((int(t * S), int((t + length) * S)))
         t += length + (pauses[i] if i < len(pauses) else 0)
     chunks = plan_chunks(regions, 30 * S)
-    assert len(chunks) == 2  # 40 s of speech: two chunks at least
-    assert [len(c) for c in chunks] == [2, 3]  # cut at the 3 s pause, not the first place 30 s fills
-    assert all(sum(b - a for a, b in c) <= 30 * S for c in chunks)
-    assert [r for c in chunks for r in c] == regions
+    assert len(chunks) == 2  # 47 s from the first word to the last: two chunks at least
+    assert chunks == [(regions[0][0], regions[1][1]), (regions[2][0], regions[4][1])]  # cut at the 3 s pause
+    assert all(b - a <= 30 * S for a, b in chunks)
     assert plan_chunks([], 30 * S) == []
-    assert plan_chunks(regions[:1], 30 * S) == [regions[:1]]
-
-
-def test_a_chunk_maps_its_times_back_to_the_file():
-    timeline = Timeline.joined([(2 * S, 5 * S), (9 * S, 10 * S)])  # 3 s, then 1 s, joined
-    assert timeline.to_file(0.0) == 2.0 and timeline.to_file(1.5) == 3.5
-    assert timeline.to_file(3.0) == 9.0  # a start at the seam: where the speech after the pause begins
-    assert timeline.to_file(3.0, ending=True) == 5.0  # an end there: where the speech before it ends
-    assert timeline.to_file(3.5) == 9.5 and timeline.to_file(9.0) == 10.0
-    rest = timeline.after(int(2.5 * S))
-    assert rest.pieces == ((0, int(4.5 * S), S // 2), (S // 2, 9 * S, S))
-    assert (rest.start, rest.end) == (4.5, 10.0)
+    assert plan_chunks(regions[:1], 30 * S) == [regions[0]]
 
 
 def test_word_times_move_out_of_pauses():
@@ -171,7 +163,11 @@ def test_no_text_in_a_long_pause_or_a_quiet_tail_and_no_word_inside_them(base_pa
             assert not first_end + 0.5 < word.start < second_start - 0.5, word
             assert word.end <= last_speech + 0.5
             assert word.end > word.start or word.end == word.start  # ordered
-    assert all(s.end > s.start for s in result.segments)  # a subtitle cue has a length
+    cues = to_srt(result, max_words_per_line=1).split("\n\n")
+    assert len(cues) == sum(len(s.words) for s in result.segments)
+    for cue in cues:  # none of no length
+        start, end = cue.splitlines()[1].split(" --> ")
+        assert end > start, cue
 
 
 @pytest.mark.slow
@@ -188,7 +184,9 @@ def test_speculative_long_form_equals_main_only(long_pair, batch_size, mode):
         assert [(s.start, s.end, s.text) for s in a.segments] == [(s.start, s.end, s.text) for s in b.segments]
         assert b.stats.windows >= 3 and 0 < b.stats.acceptance < 1
         assert b.segments[-1].end <= b.duration + 1e-6
-        assert all(x.start < x.end <= y.start + 1e-6 for x, y in zip(b.segments, b.segments[1:]))
+        assert all(x.start <= x.end <= y.start + 1e-6 for x, y in zip(b.segments, b.segments[1:]))
+        # a segment (a subtitle cue) starts with a word, never inside one ("Mr. H" | "ale" at a seam)
+        assert all(long_pair.main.tokenizer.decode(s.tokens[:1]).startswith(" ") for s in b.segments)
     assert speculative[2].duration == pytest.approx(128.486, abs=0.01)
 
 
@@ -209,9 +207,6 @@ def test_the_end_of_a_recording_is_transcribed(base_pair, mode):
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit.load, inside the package's loader
 def test_batched_voice_activity_equals_the_package_model_frame_by_frame():
     import silero_vad
-    import torch
-
-    from whisper_spec.vad import VAD_FRAME, speech_probabilities
 
     threads = torch.get_num_threads()
     audio = np.concatenate([_room_tone(1, 6), _utterance("librispeech/test-clean/1221-135766-0002.flac")])
@@ -225,10 +220,6 @@ def test_batched_voice_activity_equals_the_package_model_frame_by_frame():
 
 
 def test_text_over_a_quiet_stretch_is_dropped_and_words_leave_pauses():
-    from whisper_spec.pipeline import _keep_to_speech
-    from whisper_spec.segments import Segment
-    from whisper_spec.timing import Word
-
     speech_ = [(0, 10 * S), (20 * S, 30 * S)]
     said = Segment(5.0, 12.0, "said", [1], [Word(" said", 5.0, 12.0, 0.9, [1])])
     late = Segment(12.0, 19.5, "Thank you.", [2])  # over the pause
@@ -236,3 +227,10 @@ def test_text_over_a_quiet_stretch_is_dropped_and_words_leave_pauses():
     kept = _keep_to_speech([said, late, after], speech_)
     assert [s.text for s in kept] == ["said", "after"]
     assert (kept[0].start, kept[0].end) == (5.0, 10.0) and (kept[1].start, kept[1].end) == (20.0, 24.0)
+
+
+def test_a_subtitle_cue_always_has_a_length():
+    word = Word(" Hi.", 3.0, 3.0, 0.9, [1])
+    transcript = Transcript("x.wav", "Hi.", "en", 5.0, [Segment(3.0, 3.0, "Hi.", [1], [word])])
+    for words_per_line in (None, 1):
+        assert "00:00:03,000 --> 00:00:03,020" in to_srt(transcript, words_per_line)

@@ -3,7 +3,7 @@
 A file longer than one window is cut one of two ways (ChunkingOptions.vad). With voice activity
 (the default for long audio), its speech is found once (vad.py) and joined into chunks of at most
 one window, cut at pauses: nothing is decoded where nobody speaks, the chunks of a file decode
-together, and each chunk's times map back to the file's through its Timeline. Without, windows follow
+together. Without, windows follow
 one another as in openai-whisper: each starts where the text of the one before it stopped, so no
 speech falls between two windows. Windows of all files go through the decoder in batches. Windows
 judged silent (the no-speech rule) give no text; a window's sampling seed is a hash of its samples,
@@ -31,8 +31,7 @@ from .pair import WhisperPair
 from .stats import DecodingStats
 from .segments import Segment, window_segments
 from .timing import Word, word_timings
-from .tokenizer import TIME_PRECISION
-from .vad import Timeline, clamp_to_speech, padded, plan_chunks, speech_regions
+from .vad import clamp_to_speech, padded, plan_chunks, speech_regions
 
 # A window whose every sample lies below -80 dBFS is digital silence (padding, a muted input): it
 # is not even decoded. Quieter rooms and noise are judged by Whisper's no-speech rule (DecodingOptions).
@@ -90,8 +89,8 @@ class Failure:
 @dataclass
 class _Window:
     file: int
-    timeline: Timeline  # where its audio lies in the file
-    audio: np.ndarray  # a stretch of the file's samples, or for a speech chunk its regions joined
+    start: int  # where its audio starts in the file (samples)
+    audio: np.ndarray  # a stretch of the file's samples
     new_seconds: float  # of the file no earlier window covers (what a progress bar over the file counts)
     result: WindowResult | None = None  # once decoded
     words: list[Word] | None = None  # with word timestamps, or where its text is sparse (_sparse), once decoded
@@ -173,12 +172,12 @@ def transcribe(
             window.kept = resume / SAMPLE_RATE
         if file.chunked:
             following = None if resume is None else _Window(
-                window.file, window.timeline.after(resume), window.audio[resume:], 0.0)
+                window.file, window.start + resume, window.audio[resume:], 0.0)
         else:  # the next window starts where this one's text stopped
             if resume is not None and window.closed_end is not None:
                 resume = _pause_before(file, window, resume)
                 window.kept = resume / SAMPLE_RATE
-            start = _speech_from(file, window.timeline.pieces[0][1] + (len(window.audio) if resume is None else resume))
+            start = _speech_from(file, window.start + (len(window.audio) if resume is None else resume))
             following = _window_at(file, window.file, start, chunk) if start < len(file.audio) else None
             window.new_seconds, file.counted = (start - file.counted) / SAMPLE_RATE, start
         if on_window is not None:
@@ -249,7 +248,7 @@ def _window_at(file: _File, index: int, start: int, length: int) -> _Window:
         reach = round(5 * PAUSE_SNAP_SECONDS * SAMPLE_RATE)
         middles = [(a + b) // 2 for a, b in file.pauses if end - reach <= (a + b) // 2 < end]
         end = middles[-1] if middles and middles[-1] > start else end
-    return _Window(index, Timeline(((0, start, end - start),)), file.audio[start:end], (end - start) / SAMPLE_RATE)
+    return _Window(index, start, file.audio[start:end], (end - start) / SAMPLE_RATE)
 
 
 def _plan(index: int, path: str, audio: np.ndarray, chunking: ChunkingOptions) -> _File:
@@ -273,9 +272,9 @@ def _plan(index: int, path: str, audio: np.ndarray, chunking: ChunkingOptions) -
         return file
     chunks = plan_chunks(speech, window)
     # progress: each chunk counts from the end of the chunk before it (the first from 0, the last to the end)
-    bounds = [0] + [chunk[0][0] for chunk in chunks[1:]] + [len(audio)]
-    windows = [_Window(index, Timeline.joined(chunk), np.concatenate([audio[a:b] for a, b in chunk]),
-                       (bounds[i + 1] - bounds[i]) / SAMPLE_RATE) for i, chunk in enumerate(chunks)]
+    bounds = [0] + [a for a, _ in chunks[1:]] + [len(audio)]
+    windows = [_Window(index, a, audio[a:b], (bounds[i + 1] - bounds[i]) / SAMPLE_RATE)
+               for i, (a, b) in enumerate(chunks)]
     return _File(path, audio, windows, True, speech, pauses)
 
 
@@ -293,7 +292,7 @@ def _pause_before(file: _File, window: _Window, resume: int) -> int:
     middle of a pause the detector found up to PAUSE_SNAP_SECONDS before that segment's start and after
     the kept text, where there is one: Whisper's segment starts are coarse, and a window that starts
     inside a word loses it."""
-    offset = window.timeline.pieces[0][1]
+    offset = window.start
     at, reach = offset + resume, round(PAUSE_SNAP_SECONDS * SAMPLE_RATE)
     floor = offset + round(window.closed_end * SAMPLE_RATE)  # the kept text's end: no word twice
     middles = [(a + b) // 2 for a, b in file.pauses if a <= at and b >= at - reach and (a + b) // 2 >= floor]
@@ -367,17 +366,14 @@ def _assemble(pair: WhisperPair, file: _File, timestamps: bool, loop_ratio: floa
                 segment.words = []
         if loop_ratio is not None and result.compression_ratio > loop_ratio:
             kept = _once_each(kept)
+        offset = window.start / SAMPLE_RATE
         for segment in kept:
-            segment.start, segment.end = window.timeline.span(segment.start, segment.end)
-            for word in segment.words:  # within its segment: a word's own span may not cross the seam alike
-                start, end = window.timeline.span(word.start, word.end)
-                word.start = min(max(start, segment.start), segment.end)
-                word.end = min(max(end, word.start), segment.end)
+            segment.start, segment.end = offset + segment.start, offset + segment.end
+            for word in segment.words:
+                word.start, word.end = offset + word.start, offset + word.end
         segments += kept
     if file.speech is not None:
         segments = _keep_to_speech(segments, file.speech)
-    for segment in segments:  # a subtitle cue of no length is not shown
-        segment.end = max(segment.end, segment.start + TIME_PRECISION)
     full_text = tokenizer.decode([t for s in segments for t in s.tokens]).strip()
     languages = Counter(w.result.language for w in file.windows if w.result.language)
     stats = DecodingStats(audio_seconds=sum(len(w.audio) for w in file.windows) / SAMPLE_RATE)

@@ -1,10 +1,10 @@
 """Audio -> where people speak (Silero VAD) -> chunks of at most one window, cut at the longest pauses.
 
-A long recording is decoded as chunks of its speech: each chunk is a run of consecutive speech
-regions (each padded into the pauses around it) joined end to end without the pauses between them,
-at most one window long, so nothing is decoded where nobody speaks. A `Timeline` maps a time in a
-chunk back to the file's. Chunks are few (every chunk costs a whole encoder pass) and, among the
-fewest, cut where the shortest pause cut at is longest.
+A long recording is decoded as chunks of its speech: each chunk is the audio from the start of a run
+of consecutive speech regions (each padded into the pauses around it) to the end of its last, at
+most one window long, so the pauses between chunks, before the first and after the last are not
+decoded. Chunks are few (every chunk costs a whole encoder pass) and, among the fewest, cut where
+the shortest pause cut at is longest.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import bisect
 import functools
 import importlib.util
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,6 @@ from .options import VadOptions
 
 VAD_FRAME = 512  # samples Silero VAD scores at a time at 16 kHz
 VAD_CONTEXT = 64  # samples of the frame before it that a frame's score also reads
-SEAM_SHARE = 0.2  # of a span crossing a seam, the least a piece at its end must hold to keep that end (Timeline.span)
 
 
 class SileroVad(torch.nn.Module):
@@ -116,18 +114,17 @@ def padded(regions: list[tuple[int, int]], pad: float, n_samples: int) -> list[t
     return widened
 
 
-def plan_chunks(regions: list[tuple[int, int]], longest: int) -> list[list[tuple[int, int]]]:
-    """Consecutive regions (samples, in order, none longer than longest) grouped into the fewest
-    chunks of at most `longest` samples of speech each; among those groupings, the one whose
-    shortest pause cut at is longest."""
+def plan_chunks(regions: list[tuple[int, int]], longest: int) -> list[tuple[int, int]]:
+    """Consecutive regions (samples, in order, none longer than longest) grouped into chunks of
+    contiguous audio, each from its first region's start to its last one's end, at most `longest`
+    samples: the fewest such chunks, and among those the grouping whose shortest pause cut at is
+    longest (docs/decisions.md, "Long audio: VAD chunks")."""
     n = len(regions)
     # best[i]: (chunks, -shortest pause cut at) for regions[:i], and where its last chunk starts
     best: list[tuple[tuple[int, float], int]] = [((0, -float("inf")), 0)] + [((n + 1, 0.0), 0)] * n
     for i in range(1, n + 1):
-        length = 0
         for j in range(i - 1, -1, -1):
-            length += regions[j][1] - regions[j][0]
-            if length > longest and j < i - 1:
+            if j < i - 1 and regions[i - 1][1] - regions[j][0] > longest:
                 break
             (count, shortest), _ = best[j]
             pause = regions[j][0] - regions[j - 1][1] if j else float("inf")
@@ -137,64 +134,9 @@ def plan_chunks(regions: list[tuple[int, int]], longest: int) -> list[list[tuple
     chunks, i = [], n
     while i:
         j = best[i][1]
-        chunks.append(regions[j:i])
+        chunks.append((regions[j][0], regions[i - 1][1]))
         i = j
     return chunks[::-1]
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """Where a window's audio lies in its file: pieces (window sample, file sample, length) in order;
-    one piece for a plain window, one per speech region for a VAD chunk."""
-
-    pieces: tuple[tuple[int, int, int], ...]
-
-    @classmethod
-    def joined(cls, regions: list[tuple[int, int]]) -> "Timeline":
-        offsets = np.cumsum([0] + [end - start for start, end in regions])
-        return cls(tuple((int(o), start, end - start) for o, (start, end) in zip(offsets, regions)))
-
-    @property
-    def start(self) -> float:
-        return self.pieces[0][1] / SAMPLE_RATE
-
-    @property
-    def end(self) -> float:
-        return (self.pieces[-1][1] + self.pieces[-1][2]) / SAMPLE_RATE
-
-    def to_file(self, seconds: float, ending: bool = False) -> float:
-        """A time of the window on the file's timeline. At a seam between pieces a start goes to the
-        later piece (where the speech after the pause begins), an end (ending) to the earlier one."""
-        sample = seconds * SAMPLE_RATE
-        offsets = [offset for offset, _, _ in self.pieces]
-        index = max((bisect.bisect_left if ending else bisect.bisect_right)(offsets, sample) - 1, 0)
-        offset, start, length = self.pieces[index]
-        return (start + min(max(sample - offset, 0.0), length)) / SAMPLE_RATE
-
-    def span(self, start: float, end: float) -> tuple[float, float]:
-        """A span of the window (a segment, a word) on the file's timeline. One that crosses a seam
-        between pieces leaves out its ends in pieces that hold less than SEAM_SHARE of it: Whisper's
-        coarse times put the start of the speech after a pause a little before the seam."""
-        lo, hi = start * SAMPLE_RATE, end * SAMPLE_RATE
-        parts = [(max(lo, o), min(hi, o + n), o, s) for o, s, n in self.pieces if min(hi, o + n) > max(lo, o)]
-        if not parts:
-            return self.to_file(start), max(self.to_file(end, ending=True), self.to_file(start))
-        total = sum(b - a for a, b, _, _ in parts)
-        while len(parts) > 1 and parts[0][1] - parts[0][0] < SEAM_SHARE * total:
-            parts.pop(0)
-        while len(parts) > 1 and parts[-1][1] - parts[-1][0] < SEAM_SHARE * total:
-            parts.pop()
-        (first, _, offset, file_start), (_, last, last_offset, last_start) = parts[0], parts[-1]
-        return (file_start + first - offset) / SAMPLE_RATE, (last_start + last - last_offset) / SAMPLE_RATE
-
-    def after(self, samples: int) -> "Timeline":
-        """The timeline of the window's audio from `samples` on."""
-        kept = []
-        for offset, start, length in self.pieces:
-            if offset + length > samples:
-                skip = max(samples - offset, 0)
-                kept.append((offset + skip - samples, start + skip, length - skip))
-        return Timeline(tuple(kept))
 
 
 def clamp_to_speech(start: float, end: float, regions: list[tuple[int, int]]) -> tuple[float, float]:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from .pipeline import Transcript
+from .tokenizer import TIME_PRECISION
 
 FORMATS = ("txt", "json", "srt", "vtt")
 
@@ -30,7 +31,8 @@ def to_json(transcript: Transcript) -> str:
 
 def _cues(transcript: Transcript, max_words_per_line: int | None) -> list[tuple[float, float, str]]:
     """Subtitle cues: one per segment, or with max_words_per_line and word timestamps, runs of at
-    most that many words of a segment, timed by their words."""
+    most that many words of a segment, timed by their words. A cue lasts at least one timestamp
+    step: players skip a cue of no length."""
     cues = []
     for segment in transcript.segments:
         if not max_words_per_line or not segment.words:
@@ -39,7 +41,7 @@ def _cues(transcript: Transcript, max_words_per_line: int | None) -> list[tuple[
         for i in range(0, len(segment.words), max_words_per_line):
             words = segment.words[i : i + max_words_per_line]
             cues.append((words[0].start, words[-1].end, "".join(w.word for w in words).strip()))
-    return cues
+    return [(start, max(end, start + TIME_PRECISION), text) for start, end, text in cues]
 
 
 def to_srt(transcript: Transcript, max_words_per_line: int | None = None) -> str:
