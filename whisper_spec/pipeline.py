@@ -106,7 +106,7 @@ class _File:
     windows: list[_Window]
     chunked: bool  # speech chunks rather than windows one after another
     speech: list[tuple[int, int]] | None  # samples the voice activity detector found (padded), where it ran
-    pauses: list[tuple[int, int]] = field(default_factory=list)  # between the speech it found, unpadded
+    voiced: list[tuple[int, int]] = field(default_factory=list)  # the same, unpadded
     counted: int = 0  # samples reported to on_window, of a file decoded window after window
 
     @property
@@ -167,7 +167,7 @@ def transcribe(
     def finish(window: _Window, result: WindowResult, timestamps: bool) -> None:
         window.result = result
         file = files[window.file]
-        resume = _resume_at(pair, window) if timestamps else None
+        resume = _resume_at(pair, window, file) if timestamps else None
         if resume is not None:
             window.kept = resume / SAMPLE_RATE
         if file.chunked:
@@ -246,7 +246,7 @@ def _window_at(file: _File, index: int, start: int, length: int) -> _Window:
         end = min(end, max((b for a, b in file.speech if a < end), default=end))
     if end < len(file.audio):
         reach = round(5 * PAUSE_SNAP_SECONDS * SAMPLE_RATE)
-        middles = [(a + b) // 2 for a, b in file.pauses if end - reach <= (a + b) // 2 < end]
+        middles = [(a + b) // 2 for a, b in _pauses(file) if end - reach <= (a + b) // 2 < end]
         end = middles[-1] if middles and middles[-1] > start else end
     return _Window(index, start, file.audio[start:end], (end - start) / SAMPLE_RATE)
 
@@ -259,13 +259,12 @@ def _plan(index: int, path: str, audio: np.ndarray, chunking: ChunkingOptions) -
     window = int(chunking.chunk_length * SAMPLE_RATE)
     long = len(audio) > window
     chunked = chunking.vad if chunking.vad is not None else long
-    speech, pauses = None, []
+    speech, voiced = None, []
     if chunked or long:
-        found = speech_regions(audio, chunking.vad_options, chunking.chunk_length)
-        speech = padded(found, chunking.vad_options.speech_pad, len(audio))
-        pauses = [(a[1], b[0]) for a, b in zip(found, found[1:])]
+        voiced = speech_regions(audio, chunking.vad_options, chunking.chunk_length)
+        speech = padded(voiced, chunking.vad_options.speech_pad, len(audio))
     if not chunked:
-        file = _File(path, audio, [], False, speech, pauses)
+        file = _File(path, audio, [], False, speech, voiced)
         start = _speech_from(file, 0)
         if start < len(audio):
             file.windows.append(_window_at(file, index, start, window))
@@ -275,7 +274,7 @@ def _plan(index: int, path: str, audio: np.ndarray, chunking: ChunkingOptions) -
     bounds = [0] + [a for a, _ in chunks[1:]] + [len(audio)]
     windows = [_Window(index, a, audio[a:b], (bounds[i + 1] - bounds[i]) / SAMPLE_RATE)
                for i, (a, b) in enumerate(chunks)]
-    return _File(path, audio, windows, True, speech, pauses)
+    return _File(path, audio, windows, True, speech, voiced)
 
 
 def _speech_from(file: _File, start: int) -> int:
@@ -287,6 +286,10 @@ def _speech_from(file: _File, start: int) -> int:
     return next((max(start, a) for a, b in file.speech if b > start), len(file.audio))
 
 
+def _pauses(file: _File) -> list[tuple[int, int]]:
+    return [(a[1], b[0]) for a, b in zip(file.voiced, file.voiced[1:])]
+
+
 def _pause_before(file: _File, window: _Window, resume: int) -> int:
     """Where a window decoded window after window resumes, for a last segment it cut off: in the
     middle of a pause the detector found up to PAUSE_SNAP_SECONDS before that segment's start and after
@@ -295,7 +298,7 @@ def _pause_before(file: _File, window: _Window, resume: int) -> int:
     offset = window.start
     at, reach = offset + resume, round(PAUSE_SNAP_SECONDS * SAMPLE_RATE)
     floor = offset + round(window.closed_end * SAMPLE_RATE)  # the kept text's end: no word twice
-    middles = [(a + b) // 2 for a, b in file.pauses if a <= at and b >= at - reach and (a + b) // 2 >= floor]
+    middles = [(a + b) // 2 for a, b in _pauses(file) if a <= at and b >= at - reach and (a + b) // 2 >= floor]
     return min(resume, middles[-1] - offset) if middles and middles[-1] > offset else resume
 
 
@@ -322,12 +325,12 @@ def _sparse(pair: WhisperPair, window: _Window, result: WindowResult) -> bool:
         for s in window_segments(result.tokens, pair.main.tokenizer, duration, timestamps=True))
 
 
-def _resume_at(pair: WhisperPair, window: _Window) -> int | None:
+def _resume_at(pair: WhisperPair, window: _Window, file: _File) -> int | None:
     """Where in a window's audio (samples) decoding has to go on, as openai-whisper seeks: at the
     start of a last segment the text leaves open (cut off by the window's end; dropped here, decoded
     whole in the next window), or where its text ends (its last segment's, or where timed, its last
-    word's end) when that is TAIL_SECONDS or more before the end of the audio and sound follows.
-    None: the window's text covers it."""
+    word's end) when that is TAIL_SECONDS or more before the end of the audio. Only where sound
+    follows, and where the detector ran, TAIL_SECONDS / 2 of speech. None: the window's text covers it."""
     result = window.result
     if result.no_speech or not result.tokens:
         return None
@@ -342,7 +345,14 @@ def _resume_at(pair: WhisperPair, window: _Window) -> int | None:
     else:
         return None
     offset = round(resume * SAMPLE_RATE)
-    return offset if 0 < offset < len(window.audio) and not _silent(window.audio[offset:]) else None
+    if not 0 < offset < len(window.audio) or _silent(window.audio[offset:]):
+        return None
+    if file.speech is not None:  # the detector ran: the rest must hold speech
+        start, end = window.start + offset, window.start + len(window.audio)
+        voiced = sum(max(0, min(b, end) - max(a, start)) for a, b in file.voiced)
+        if voiced < TAIL_SECONDS / 2 * SAMPLE_RATE:
+            return None
+    return offset
 
 
 def _once_each(segments: list[Segment]) -> list[Segment]:
