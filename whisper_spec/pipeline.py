@@ -1,11 +1,10 @@
 """Files -> windows (speech chunks, or windows one after another) -> batched speculative decoding -> segments.
 
 A file longer than one window is cut one of two ways (ChunkingOptions.vad). With voice activity
-(the default for long audio), its speech is found once (vad.py) and joined into chunks of at most
-one window, cut at pauses: nothing is decoded where nobody speaks, the chunks of a file decode
-together. Without, windows follow
-one another as in openai-whisper: each starts where the text of the one before it stopped, so no
-speech falls between two windows. Windows of all files go through the decoder in batches. Windows
+(the default for long audio), its speech is found once (vad.py) and grouped into chunks of at most
+one window, cut at pauses: nothing is decoded before, between or after them, and the chunks of a
+file decode together. Without, windows follow one another as in openai-whisper: each starts where
+the text of the one before it stopped, so no speech falls between two windows. Windows of all files go through the decoder in batches. Windows
 judged silent (the no-speech rule) give no text; a window's sampling seed is a hash of its samples,
 so a window decoded again at a higher temperature (decoding.decode_encoded) samples alike in any
 batch or file, and one whose text loops at every temperature keeps each of its segments once. Word
