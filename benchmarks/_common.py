@@ -47,8 +47,9 @@ def long_recordings(name: str, folder: Path) -> tuple[list[dict], list[Path]]:
     """The long recordings of a benchmark, as manifest-like rows (language, text, duration_s) and
     paths. "longform": the shared long-form files (7 LibriSpeech test-other chapters, a TED excerpt,
     the 128 s mp3), in English. "joined": the 78 LibriSpeech clips joined into 4 recordings with
-    pauses, quiet starts and ends (_joined_librispeech). "fleurs": each language's FLEURS clips (de, es, fr, pt, en) joined
-    end to end, half a second of silence between them, written to folder, the clips' texts joined."""
+    pauses, quiet starts and ends (_joined_librispeech). "fleurs": each language's FLEURS clips (de,
+    es, fr, pt, en) joined end to end, half a second of silence between them, written to folder, the
+    clips' texts joined."""
     rows = manifest_rows()
     if name == "longform":
         files = [r | {"language": "en"} for r in rows if r["set"] in ("longform", "unlabeled_longform")]

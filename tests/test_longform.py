@@ -41,10 +41,13 @@ def test_chunks_are_fewest_and_cut_at_the_longest_pauses():
 
 def test_word_times_move_out_of_pauses():
     speech_ = [(10 * S, 20 * S), (55 * S, 60 * S)]
-    assert clamp_to_speech(40.0, 56.2, speech_) == (55.0, 56.2)  # stretched back over a 35 s pause
-    assert clamp_to_speech(19.5, 30.0, speech_) == (19.5, 20.0)
-    assert clamp_to_speech(12.0, 13.0, speech_) == (12.0, 13.0)
-    assert clamp_to_speech(30.0, 31.0, speech_) == (30.0, 31.0)  # all in a pause: nowhere to move it
+    words = [(40.0, 56.2), (19.5, 30.0), (12.0, 13.0), (30.0, 31.0)]
+    assert clamp_to_speech(words, speech_) == [
+        (55.0, 56.2),  # stretched back over a 35 s pause
+        (19.5, 20.0),
+        (12.0, 13.0),
+        (30.0, 31.0),  # all in a pause: nowhere to move it
+    ]
     assert padded([(S, 2 * S), (3 * S, 4 * S)], 0.4, 5 * S) == [(int(0.6 * S), int(2.4 * S)), (int(2.6 * S), int(4.4 * S))]
     # a pause shorter than two pads is shared half and half
     assert padded([(S, 2 * S), (3 * S, 4 * S)], 0.6, 5 * S) == [(int(0.4 * S), int(2.5 * S)), (int(2.5 * S), int(4.6 * S))]

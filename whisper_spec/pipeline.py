@@ -4,12 +4,12 @@ A file longer than one window is cut one of two ways (ChunkingOptions.vad). With
 (the default for long audio), its speech is found once (vad.py) and grouped into chunks of at most
 one window, cut at pauses: nothing is decoded before, between or after them, and the chunks of a
 file decode together. Without, windows follow one another as in openai-whisper: each starts where
-the text of the one before it stopped, so no speech falls between two windows. Windows of all files go through the decoder in batches. Windows
-judged silent (the no-speech rule) give no text; a window's sampling seed is a hash of its samples,
-so a window decoded again at a higher temperature (decoding.decode_encoded) samples alike in any
-batch or file, and one whose text loops at every temperature keeps each of its segments once. Word
-timestamps are read from the main decoder right after each batch, and kept out of the pauses the
-voice activity detector found.
+the text of the one before it stopped, so no speech falls between two windows. Windows of all files
+go through the decoder in batches. Windows judged silent (the no-speech rule) give no text; a
+window's sampling seed is a hash of its samples, so a window decoded again at a higher temperature
+(decoding.decode_encoded) samples alike in any batch or file, and one whose text loops at every
+temperature keeps each of its segments once. Word timestamps are read from the main decoder right
+after each batch, and kept out of the pauses the voice activity detector found.
 """
 
 from __future__ import annotations
@@ -346,11 +346,9 @@ def _resume_at(pair: WhisperPair, window: _Window, file: _File) -> int | None:
     offset = round(resume * SAMPLE_RATE)
     if not 0 < offset < len(window.audio) or _silent(window.audio[offset:]):
         return None
-    if file.speech is not None:  # the detector ran: the rest must hold speech
-        start, end = window.start + offset, window.start + len(window.audio)
-        voiced = sum(max(0, min(b, end) - max(a, start)) for a, b in file.voiced)
-        if voiced < TAIL_SECONDS / 2 * SAMPLE_RATE:
-            return None
+    rest = (window.start + offset, window.start + len(window.audio))
+    if file.speech is not None and _overlap(file.voiced, *rest) < TAIL_SECONDS / 2 * SAMPLE_RATE:
+        return None  # the detector ran: the rest must hold speech
     return offset
 
 
@@ -396,13 +394,16 @@ def _keep_to_speech(segments: list[Segment], speech: list[tuple[int, int]]) -> l
     """Words moved out of pauses (DTW can stretch the first word after a pause back over it),
     segments with words spanning their words, and then segments less than HEARD_FRACTION speech
     dropped (a text in a quiet stretch, such as "Thank you." over room tone)."""
+    words = [word for segment in segments for word in segment.words]
+    for word, (start, end) in zip(words, clamp_to_speech([(w.start, w.end) for w in words], speech)):
+        word.start, word.end = start, end
     for segment in segments:
-        for word in segment.words:
-            word.start, word.end = clamp_to_speech(word.start, word.end, speech)
         if segment.words:
             segment.start, segment.end = segment.words[0].start, segment.words[-1].end
-    return [s for s in segments if _speech_seconds(s.start, s.end, speech) >= HEARD_FRACTION * (s.end - s.start)]
+    heard = [_overlap(speech, s.start * SAMPLE_RATE, s.end * SAMPLE_RATE) / SAMPLE_RATE for s in segments]
+    return [s for s, seconds in zip(segments, heard) if seconds >= HEARD_FRACTION * (s.end - s.start)]
 
 
-def _speech_seconds(start: float, end: float, speech: list[tuple[int, int]]) -> float:
-    return sum(max(0.0, min(end, b / SAMPLE_RATE) - max(start, a / SAMPLE_RATE)) for a, b in speech)
+def _overlap(regions: list[tuple[int, int]], start: float, end: float) -> float:
+    """Samples of regions between start and end (samples)."""
+    return sum(max(0, min(b, end) - max(a, start)) for a, b in regions)

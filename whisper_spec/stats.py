@@ -22,7 +22,7 @@ class DecodingStats:
     row_forwards: int = 0
     assistant_forwards: int = 0
     fallbacks: int = 0  # windows decoded again at a higher temperature, once per extra pass
-    audio_seconds: float = 0.0  # of audio in the windows (pipeline.transcribe; speech chunks hold no pauses)
+    audio_seconds: float = 0.0  # of audio in the windows decoded (pipeline.transcribe)
     encoder_seconds: float = 0.0
     decoding_seconds: float = 0.0
     drafted_by_position: list[int] = field(default_factory=list)

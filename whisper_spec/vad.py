@@ -139,18 +139,21 @@ def plan_chunks(regions: list[tuple[int, int]], longest: int) -> list[tuple[int,
     return chunks[::-1]
 
 
-def clamp_to_speech(start: float, end: float, regions: list[tuple[int, int]]) -> tuple[float, float]:
-    """A word's (start, end) seconds moved out of the pauses between regions: a start in a pause to
+def clamp_to_speech(spans: list[tuple[float, float]], regions: list[tuple[int, int]]) -> list[tuple[float, float]]:
+    """Words' (start, end) seconds moved out of the pauses between regions: a start in a pause to
     where the speech after it begins, an end in a pause to where the speech before it ends (both
     within the word's own span, so a word stays a word)."""
     starts = [s / SAMPLE_RATE for s, _ in regions]
     ends = [e / SAMPLE_RATE for _, e in regions]
-    i = bisect.bisect_right(starts, start) - 1
-    if i < 0 or start >= ends[i]:  # in a pause: before region i + 1
-        if i + 1 < len(starts) and starts[i + 1] < end:
-            start = starts[i + 1]
-    j = bisect.bisect_left(ends, end)
-    if j >= len(ends) or end <= starts[j]:  # in a pause: after region j - 1
-        if j > 0 and ends[j - 1] > start:
-            end = ends[j - 1]
-    return start, end
+    clamped = []
+    for start, end in spans:
+        i = bisect.bisect_right(starts, start) - 1
+        if i < 0 or start >= ends[i]:  # in a pause: before region i + 1
+            if i + 1 < len(starts) and starts[i + 1] < end:
+                start = starts[i + 1]
+        j = bisect.bisect_left(ends, end)
+        if j >= len(ends) or end <= starts[j]:  # in a pause: after region j - 1
+            if j > 0 and ends[j - 1] > start:
+                end = ends[j - 1]
+        clamped.append((start, end))
+    return clamped
