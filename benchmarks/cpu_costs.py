@@ -33,7 +33,8 @@ from _common import SPEECH, manifest_rows, write_report
 from whisper_spec.audio import batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info
 from whisper_spec.bench.peers import FasterWhisperPeer
-from whisper_spec.decoding import compiled_draft_logits, decode_encoded, decode_windows, draft_logits
+from whisper_spec.decoding import decode_encoded, decode_windows
+from whisper_spec.drafts import compiled_draft_logits, draft_logits
 from whisper_spec.encoding import encode
 from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions

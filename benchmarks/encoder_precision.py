@@ -1,6 +1,6 @@
 """Which encoder precision a CPU should default to, measured in one run: the same decoders (the
 command line's defaults: int8 on bfloat16 rows, the shipped assistant, speculation auto) beside
-encoders in each precision asked for (load.default_encoder_precision picks bfloat16 where the CPU
+encoders in each precision asked for (platform.default_encoder_precision picks bfloat16 where the CPU
 has AMX, else int8).
 
 Per utterance, batch 1: each pair encodes the window and decodes it, the pairs in an order rotated
@@ -25,9 +25,10 @@ from whisper_spec.audio import batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info, word_error_rate
 from whisper_spec.decoding import decode_encoded
 from whisper_spec.encoding import encode
-from whisper_spec.load import DEFAULT_ASSISTANT, default_precision, load_pair
+from whisper_spec.load import DEFAULT_ASSISTANT, load_pair
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import decoder_precision, encoder_precision
+from whisper_spec.platform import default_precision
 from whisper_spec.stats import DecodingStats
 
 

@@ -52,9 +52,10 @@ def main() -> int:
         entry = report["files"][path.name] = {"language": file["language"]}
         texts = {}
         for name, (temperature, speculative) in CONFIGS.items():
-            options = DecodingOptions(language=file["language"], temperature=temperature)
+            options = DecodingOptions(language=file["language"], temperature=temperature,
+                                      speculation="auto" if speculative else "off")
             start = time.perf_counter()
-            (result,) = transcribe(pair, [path], options, batch_size=args.batch_size, use_assistant=speculative)
+            (result,) = transcribe(pair, [path], options, batch_size=args.batch_size)
             phrase, times = longest_repeat(result.text)
             texts[name] = result.text
             entry[name] = {

@@ -1,5 +1,5 @@
 """Which activations a CPU int8 main decoder should take, measured in one run: bfloat16 rows on aten's
-int8-weight kernel (the default, load.cpu_int8_dtype), against float32 rows, where every int8 linear
+int8-weight kernel (the default, platform.cpu_int8_dtype), against float32 rows, where every int8 linear
 quantizes them per row for fbgemm (quantize.row_int8_mm). Both pairs carry the shipped
 assistant (drafting in bfloat16 on aten's kernel either way) and the int8 encoder.
 
@@ -16,6 +16,7 @@ over main-only for each pair, each pair's speculative output against its own mai
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -56,7 +57,7 @@ def main() -> int:
         for name, pair in pairs.items():
             encode(pair, mel, None, DecodingStats())
         for name, speculative in configs[i % 4 :] + configs[: i % 4]:
-            results, run = decode_encoded(pairs[name], 1, options, use_assistant=speculative)
+            results, run = decode_encoded(pairs[name], 1, options if speculative else replace(options, speculation="off"))
             seconds[row["set"]][label[name, speculative]] += run.decoding_seconds
             stats[name, speculative].add(run)
             tokens[name, speculative].append(results[0].tokens)

@@ -27,6 +27,7 @@ import argparse
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,12 +37,12 @@ from _common import SPEECH, last_speech, long_recordings, manifest_rows, progres
 from whisper_spec.audio import load_audio
 from whisper_spec.bench.metrics import machine_info, word_error_rate
 from whisper_spec.bench.peers import load_peers
-from whisper_spec.load import default_precision, load_pair
+from whisper_spec.load import load_pair
 from whisper_spec.options import ChunkingOptions, DecodingOptions
 from whisper_spec.pipeline import transcribe
+from whisper_spec.platform import default_precision
 from whisper_spec.sources import default_assistant
 from whisper_spec.vad import VAD_FRAME, speech_probabilities
-
 
 MODES = {"vad": ChunkingOptions(vad=True), "sequential": ChunkingOptions(vad=False)}
 
@@ -78,8 +79,8 @@ def main() -> int:
 
     def ours(mode: str, precision: str, speculative: bool, batch: int):
         def run(path: Path) -> tuple[str, object]:
-            (result,) = transcribe(pairs[precision], [path], options, batch_size=batch, languages=languages,
-                                   use_assistant=speculative, chunking=MODES[mode])
+            (result,) = transcribe(pairs[precision], [path], options if speculative else replace(options, speculation="off"),
+                                   batch_size=batch, languages=languages, chunking=MODES[mode])
             return result.text, result
         return run
 
@@ -183,7 +184,7 @@ def _against_utterances(pair, options: DecodingOptions, files: list[dict], texts
     utterances = {r["utt_id"]: r for r in manifest_rows() if r["set"] == "librispeech"}
     chapters = [i for i, f in enumerate(files) if f.get("utt_ids")]
     parts = [SPEECH / utterances[u]["path"] for i in chapters for u in files[i]["utt_ids"]]
-    separate = {r.path: r.text for r in transcribe(pair, parts, options, use_assistant=False)}
+    separate = {r.path: r.text for r in transcribe(pair, parts, replace(options, speculation="off"))}
     joined = [" ".join(separate[str(SPEECH / utterances[u]["path"])] for u in files[i]["utt_ids"]) for i in chapters]
     references = [files[i]["text"] for i in chapters]
     english = ["en"] * len(chapters)

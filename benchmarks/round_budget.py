@@ -1,10 +1,10 @@
 """What a speculative round costs inside the decode loop at batch 1, and how many tokens a round
-of that cost must yield for a target speedup: the measurement behind the README's account of why
+of that cost must yield for a target speedup: the measurement behind docs/benchmarks.md's account of why
 int8 decoders gain less from drafting than float32 ones.
 
 For each decoder precision (the CPU default, int8 decoders, and float32), with the shipped
 assistant: each LibriSpeech clip is encoded once, then decoded main-only and drafting in every
-round (the order alternating clip by clip), with decoding.draft and decoding.verify timed by the
+round (the order alternating clip by clip), with speculative.draft and speculative.verify timed by the
 host clock (so CPU only: on CUDA it would time launches). Reports per precision: main-only ms per
 token; per round the verification's and the drafts' ms, assistant steps and tokens; the speedup in
 decoding seconds; and the tokens per round that rounds of these costs would need for --target.
@@ -25,6 +25,7 @@ from _common import SPEECH, command_line_pair, manifest_rows, write_report
 from tqdm import tqdm
 
 import whisper_spec.decoding as decoding
+import whisper_spec.speculative as speculative
 from whisper_spec.audio import batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info
 from whisper_spec.encoding import encode
@@ -32,14 +33,14 @@ from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import decoder_precision
 from whisper_spec.stats import DecodingStats
 
-PARTS = ("draft", "verify")  # the functions of decoding's round that are timed
+PARTS = ("draft", "verify")  # the functions of speculative's round that are timed
 
 
 @contextlib.contextmanager
 def timed_parts(seconds: dict[str, float]):
-    """decoding's round parts wrapped to add their host seconds to `seconds` (speculative_decode
+    """speculative's round parts wrapped to add their host seconds to `seconds` (speculative_decode
     looks them up at each call, so the wrappers take effect), restored after."""
-    originals = {name: getattr(decoding, name) for name in PARTS}
+    originals = {name: getattr(speculative, name) for name in PARTS}
 
     def timed(name, function):
         def call(*args, **kwargs):
@@ -51,12 +52,12 @@ def timed_parts(seconds: dict[str, float]):
         return call
 
     for name, function in originals.items():
-        setattr(decoding, name, timed(name, function))
+        setattr(speculative, name, timed(name, function))
     try:
         yield
     finally:
         for name, function in originals.items():
-            setattr(decoding, name, function)
+            setattr(speculative, name, function)
 
 
 def measure(pair, mels: list[torch.Tensor], target: float, label: str) -> dict:

@@ -1,5 +1,5 @@
 """Where drafting pays, measured in one run: the data behind
-decoding.AUTO_MAX_DRAFT_FRAMES for this device and the default decoders.
+platform.AUTO_MAX_DRAFT_FRAMES for this device and the default decoders.
 
 One pair (the command line's defaults: the shipped assistant, int8 decoders on CPU, float16 on
 CUDA). Per batch of clips, for each batch size: the batch is encoded once, then decoded main-only,
@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from whisper_spec.audio import N_SAMPLES, batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info
-from whisper_spec.decoding import auto_max_draft_frames, decode_encoded
+from whisper_spec.decoding import decode_encoded
 from whisper_spec.encoding import encode
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import decoder_precision
@@ -60,7 +60,7 @@ def main() -> int:
     mels = [batch_features([clip], pair.main.dims.n_mels) for clip in clips]
     report = {"machine": machine_info(pair.device), "set": args.set, "windows": len(rows), "timestamps": long_form,
               "main": decoder_precision(pair.main), "assistant": decoder_precision(pair.assistant),
-              "auto_max_draft_frames": auto_max_draft_frames(pair.main), "batch_sizes": {}}
+              "auto_max_draft_frames": pair.platform.auto_max_draft_frames, "batch_sizes": {}}
     for batch_size in (int(b) for b in args.batch_sizes.split(",")):
         policies = ["off", "on", "auto"]
         seconds = dict.fromkeys(policies, 0.0)

@@ -17,6 +17,7 @@ import argparse
 import difflib
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +53,7 @@ def main() -> int:
         path = SPEECH / row["path"]
         ours = {}
         for mode, use in (("main", False), ("speculative", True)):
-            (transcript,) = transcribe(pair, [path], options, use_assistant=use)
+            (transcript,) = transcribe(pair, [path], options if use else replace(options, speculation="off"))
             ours[mode] = [w for s in transcript.segments for w in s.words]
         identical &= [w.as_dict() for w in ours["main"]] == [w.as_dict() for w in ours["speculative"]]
         words = ours["main"]

@@ -14,8 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from whisper_spec.cli.parser import PROG, build_parser
-from whisper_spec.options import (BenchOptions, ChunkingOptions, DecodingOptions, DistillOptions, VadOptions,
-                                  temperature_schedule)
+from whisper_spec.options import BenchOptions, ChunkingOptions, DecodingOptions, DistillOptions, VadOptions, temperature_schedule
 
 
 def _error(message: str) -> None:
@@ -23,10 +22,10 @@ def _error(message: str) -> None:
 
 
 def _pick_device(device: str | None, dtype: str | None, int8: bool | None = False) -> tuple[str, str, bool]:
-    """Device, dtype and int8 decoders from the flags; None: the device's default (load.default_precision)."""
+    """Device, dtype and int8 decoders from the flags; None: the device's default (platform.default_precision)."""
     import torch
 
-    from whisper_spec.load import default_precision
+    from whisper_spec.platform import default_precision
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     int8, dtype = default_precision(torch.device(device), int8, dtype)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 from whisper_spec.audio import load_audio, log_mel_spectrogram, pad_or_trim
 from whisper_spec.load import load_pair
 from whisper_spec.model import Decoder, Encoder, ModelDims
+from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import Whisper, WhisperPair
 from whisper_spec.tokenizer import SpecialTokens
 
@@ -30,6 +32,11 @@ def manifest() -> list[dict]:
     return [json.loads(line) for line in (SPEECH / "manifest.jsonl").read_text().splitlines() if line.strip()]
 
 
+def main_alone(options: DecodingOptions) -> DecodingOptions:
+    """The same options, decoded by the main model alone."""
+    return replace(options, speculation="off")
+
+
 def mel_of(paths, n_mels: int = 80) -> torch.Tensor:
     audio = torch.stack([pad_or_trim(torch.from_numpy(load_audio(p))) for p in paths])
     return log_mel_spectrogram(audio, n_mels)
@@ -38,7 +45,7 @@ def mel_of(paths, n_mels: int = 80) -> torch.Tensor:
 @pytest.fixture(scope="session")
 def base_pair() -> WhisperPair:
     """Real whisper base (converted from the embedded PyPI package), float32 on CPU, its encoder
-    included and float32 too (the default on CPU is bfloat16 or int8, load.default_encoder_precision)."""
+    included and float32 too (the default on CPU is bfloat16 or int8, platform.default_encoder_precision)."""
     return load_pair("base", None, encoder_precision="float32")
 
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import manifest, mel_of, speech
+from conftest import main_alone, manifest, mel_of, speech
 
-from whisper_spec import decoding
+from whisper_spec import drafts
 from whisper_spec.audio import N_FRAMES, load_audio, log_mel_spectrogram, pad_or_trim, signal_frames
 from whisper_spec.decoding import decode_windows
 from whisper_spec.encoding import encode
@@ -60,7 +60,7 @@ def test_shipped_assistant_is_exact_and_accepted(shipped, batch_size):
     tokens_alone, tokens_drafted, drafted, accepted = [], [], 0, 0
     for first in range(0, len(paths), batch_size):
         mel = mel_of(paths[first : first + batch_size])
-        alone, _ = decode_windows(pair, mel, DecodingOptions(speculation="on", language="en"), use_assistant=False)
+        alone, _ = decode_windows(pair, mel, DecodingOptions(language="en", speculation="off"))
         spec, stats = decode_windows(pair, mel, DecodingOptions(speculation="on", language="en", draft_tokens=5))
         tokens_alone += [r.tokens for r in alone]
         tokens_drafted += [r.tokens for r in spec]
@@ -76,12 +76,12 @@ def test_compiled_drafts_keep_the_transcript_and_the_acceptance(shipped):
     _, pair = shipped
     mel = mel_of([speech(p) for p in ENGLISH[:4]])
     options = DecodingOptions(speculation="on", language="en")
-    alone, _ = decode_windows(pair, mel, options, use_assistant=False)
+    alone, _ = decode_windows(pair, mel, main_alone(options))
     _, eager = decode_windows(pair, mel, options)
     compiled, stats = decode_windows(pair, mel, replace(options, compile_drafts=True))
     # compiled where inductor finds a C++ compiler (this project's machines have g++), else fallen back
     has_compiler = any(shutil.which(name) for name in (os.environ.get("CXX", "g++"), "c++", "clang++"))
-    assert bool(decoding._COMPILE_FAILED) != has_compiler, decoding._COMPILE_FAILED
+    assert bool(drafts._COMPILE_FAILED) != has_compiler, drafts._COMPILE_FAILED
     assert [r.tokens for r in compiled] == [r.tokens for r in alone]
     assert stats.drafted > 50 and abs(stats.acceptance - eager.acceptance) < 0.05, (stats.acceptance, eager.acceptance)
 
@@ -93,11 +93,11 @@ def test_drafts_fall_back_to_eager_where_compilation_fails(shipped, monkeypatch)
         return fail
 
     _, pair = shipped
-    monkeypatch.setattr(decoding, "_compiled_draft_logits", no_compiler)
-    monkeypatch.setattr(decoding, "_COMPILE_FAILED", [])
+    monkeypatch.setattr(drafts, "_compiled_draft_logits", no_compiler)
+    monkeypatch.setattr(drafts, "_COMPILE_FAILED", [])
     mel = mel_of([speech(ENGLISH[0])])
     options = DecodingOptions(language="en")
-    alone, _ = decode_windows(pair, mel, options, use_assistant=False)
+    alone, _ = decode_windows(pair, mel, main_alone(options))
     with pytest.warns(UserWarning, match="drafting eagerly .RuntimeError: no C.. compiler found"):
         fallen_back, stats = decode_windows(pair, mel, replace(options, compile_drafts=True))
     assert [r.tokens for r in fallen_back] == [r.tokens for r in alone] and stats.accepted > 0
@@ -109,7 +109,7 @@ def test_shipped_assistant_drafts_only_for_its_languages_and_is_exact_in_all(shi
     mel = mel_of([speech(ENGLISH[0])] + OTHERS)
     drafting_everywhere = replace(pair, assistant=replace(pair.assistant, draft_languages=None))
     for options in (DecodingOptions(speculation="on"), DecodingOptions(speculation="on", timestamps=True)):
-        alone, _ = decode_windows(pair, mel, options, use_assistant=False)
+        alone, _ = decode_windows(pair, mel, main_alone(options))
         assert [r.language for r in alone] == ["en", "pl", "nl", "de", "de"]  # the main model's detection
         for candidate in (pair, drafting_everywhere):
             spec, _ = decode_windows(candidate, mel, options)
@@ -125,7 +125,7 @@ def test_shipped_assistant_pays_in_each_language_it_was_trained_for(shipped, lan
     _, pair = shipped
     clips = [speech(r["path"]) for r in manifest() if r["set"] == f"fleurs_{language}"][:3]
     mel = mel_of(clips)
-    alone, _ = decode_windows(pair, mel, DecodingOptions(speculation="on"), use_assistant=False)
+    alone, _ = decode_windows(pair, mel, DecodingOptions(speculation="off"))
     spec, stats = decode_windows(pair, mel, DecodingOptions(speculation="on"))
     assert [r.tokens for r in spec] == [r.tokens for r in alone]
     assert {r.language for r in alone} == {language}
@@ -168,7 +168,7 @@ def test_a_drafted_window_is_judged_silent_as_the_main_model_judges_it(shipped):
     mel = log_mel_spectrogram(pad_or_trim(audio)[None], 80)
     for timestamps in (False, True):
         options = DecodingOptions(language="es", timestamps=timestamps, speculation="on")
-        alone, _ = decode_windows(pair, mel, options, use_assistant=False)
+        alone, _ = decode_windows(pair, mel, main_alone(options))
         spec, stats = decode_windows(pair, mel, options)
         assert stats.drafted > stats.accepted  # some drafts rejected
         assert alone[0].no_speech and math.isfinite(alone[0].avg_logprob)

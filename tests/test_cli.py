@@ -94,7 +94,7 @@ def test_draft_defaults_are_the_decoding_options_defaults():
 
 
 def test_encoder_precision_is_left_to_the_loader_unless_a_flag_says(tmp_path):
-    """No flag: load_pair's device default (load.default_encoder_precision); --encoder-precision: that one."""
+    """No flag: load_pair's device default (platform.default_encoder_precision); --encoder-precision: that one."""
     from whisper_spec.cli.main import pair_args
     from whisper_spec.cli.parser import build_parser
 
@@ -111,13 +111,13 @@ def test_encoder_precision_is_left_to_the_loader_unless_a_flag_says(tmp_path):
 
 def test_int8_decoders_are_the_cpu_default_unless_a_flag_says():
     """No flag: int8 decoders on CPU wherever a fast int8 kernel runs, with the activation dtype
-    that kernel takes (load.cpu_int8_dtype: bfloat16 where aten's fused kernel runs); --no-int8:
+    that kernel takes (platform.cpu_int8_dtype: bfloat16 where aten's fused kernel runs); --no-int8:
     float32 decoders; bench: int8 configurations beside the float ones by the same rule."""
     import torch
 
     from whisper_spec.cli.main import pair_args
     from whisper_spec.cli.parser import build_parser
-    from whisper_spec.load import cpu_int8_dtype, default_int8
+    from whisper_spec.platform import cpu_int8_dtype, default_int8
 
     default = default_int8(torch.device("cpu"))
     int8_dtype = cpu_int8_dtype() or "bfloat16"

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import mel_of, perturbed_decoder, random_model, speech
+from conftest import main_alone, mel_of, perturbed_decoder, random_model, speech
 
 from whisper_spec.cli.main import main as cli
 from whisper_spec.decoding import decode_windows
@@ -48,7 +48,7 @@ def test_base_speculative_equals_main_only_on_cuda(cuda_pair, clip_mel, batch, t
     mel = clip_mel[:batch]
     for graphs in (True, False):
         options = DecodingOptions(speculation="on", timestamps=timestamps, cuda_graphs=graphs)
-        main_only = tokens_of(cuda_pair, mel, options, use_assistant=False)
+        main_only = tokens_of(cuda_pair, mel, main_alone(options))
         speculative, stats = decode_windows(cuda_pair, mel, options)
         assert [r.tokens for r in speculative] == main_only, f"graphs={graphs}: speculative differs from main-only"
         assert stats.accepted > 0 and all(len(t) > 3 for t in main_only)
@@ -59,7 +59,7 @@ def test_base_speculative_equals_main_only_on_cuda(cuda_pair, clip_mel, batch, t
 
 def test_adaptive_drafts_are_exact_on_cuda(cuda_pair, clip_mel):
     options = DecodingOptions(speculation="on", adaptive_draft=True, draft_tokens=2, max_draft_tokens=8)
-    assert tokens_of(cuda_pair, clip_mel, options) == tokens_of(cuda_pair, clip_mel, options, use_assistant=False)
+    assert tokens_of(cuda_pair, clip_mel, options) == tokens_of(cuda_pair, clip_mel, main_alone(options))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -76,7 +76,7 @@ def test_random_models_are_exact_on_cuda(dtype, batch):
     mel = torch.randn(batch, 80, 3000, device="cuda")
     for options in (DecodingOptions(speculation="on", language="en", max_length=40, draft_confidence=0),
                     DecodingOptions(speculation="on", language="de", timestamps=True, max_length=40, draft_confidence=0)):
-        assert tokens_of(pair, mel, options) == tokens_of(pair, mel, options, use_assistant=False)
+        assert tokens_of(pair, mel, options) == tokens_of(pair, mel, main_alone(options))
 
 
 def test_int8_kernel_runs_on_cuda_and_matches_dequantized_weights():
@@ -93,7 +93,7 @@ def test_int8_kernel_runs_on_cuda_and_matches_dequantized_weights():
 def test_int8_is_exact_on_cuda(clip_mel):
     pair = load_pair("base", "default", device="cuda", dtype="bfloat16", int8=True)
     options = DecodingOptions(speculation="on")
-    assert tokens_of(pair, clip_mel, options) == tokens_of(pair, clip_mel, options, use_assistant=False)
+    assert tokens_of(pair, clip_mel, options) == tokens_of(pair, clip_mel, main_alone(options))
 
 
 def test_prequantized_directory_builds_no_float_decoder_weight_on_cuda(tmp_path):

@@ -70,7 +70,7 @@ def test_distill_end_to_end_is_exact_deterministic_and_resumable(random_main, cl
                        torch.float32)
     assert pair.shares_encoder and pair.assistant.decoder.token_embedding is main.decoder.token_embedding
     mel = mel_of(sorted(clips.glob("*.flac")))
-    alone, _ = decode_windows(pair, mel, DecodingOptions(speculation="on", language="en"), use_assistant=False)
+    alone, _ = decode_windows(pair, mel, DecodingOptions(language="en", speculation="off"))
     drafted, stats = decode_windows(pair, mel, DecodingOptions(speculation="on", language="en", draft_tokens=3))
     assert [r.tokens for r in alone] == [r.tokens for r in drafted]
     assert stats.drafted > 0
@@ -196,7 +196,7 @@ def test_distill_and_export_through_the_cli(clips, tmp_path, base_pair):
     exported = load_pair("base", tmp_path / "hf")
     assert exported.shares_encoder
     mel = mel_of([sorted(clips.glob("*.flac"))[0]])
-    alone, _ = decode_windows(exported, mel, DecodingOptions(speculation="on", language="en"), use_assistant=False)
+    alone, _ = decode_windows(exported, mel, DecodingOptions(language="en", speculation="off"))
     drafted, _ = decode_windows(exported, mel, DecodingOptions(speculation="on", language="en", draft_tokens=4))
     assert alone[0].tokens == drafted[0].tokens
 

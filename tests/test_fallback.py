@@ -1,6 +1,6 @@
 """Temperature fallback: a window whose text loops or that the main model doubts is decoded again at
 the next temperature, on the main model's verdict, so speculative and main-only decoding keep the
-same texts; sampling draws the same tokens in both modes (decoding.sample_tokens)."""
+same texts; sampling draws the same tokens in both modes (sampling.sample_tokens)."""
 
 from dataclasses import replace
 
@@ -8,16 +8,18 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from conftest import manifest, mel_of, speech
+from conftest import main_alone, manifest, mel_of, speech
 
 from whisper_spec.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.metrics import longest_repeat, word_error_rate
 from whisper_spec.cli.parser import build_parser
-from whisper_spec.decoding import WindowResult, best_attempt, decode_windows, needs_fallback, sample_tokens
+from whisper_spec.decoding import decode_windows
 from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions, temperature_schedule
 from whisper_spec.pair import WhisperPair, decoder_subset
 from whisper_spec.pipeline import transcribe
+from whisper_spec.results import WindowResult, best_attempt, needs_fallback
+from whisper_spec.sampling import sample_tokens
 from whisper_spec.sources import default_assistant
 from whisper_spec.stats import DecodingStats
 
@@ -96,8 +98,8 @@ def test_windows_that_fail_try_every_temperature_alike_in_both_modes(doubting_pa
              "librispeech/test-clean/1089-134686-0001.flac"]
     mel = mel_of([speech(c) for c in clips])
     options = DecodingOptions(speculation="on", logprob_threshold=0.0, no_speech_threshold=None)
-    greedy, _ = decode_windows(doubting_pair, mel, replace(options, temperature=0.0), use_assistant=False)
-    main_only, main_stats = decode_windows(doubting_pair, mel, options, seeds=[1, 2, 3], use_assistant=False)
+    greedy, _ = decode_windows(doubting_pair, mel, replace(options, temperature=0.0, speculation="off"))
+    main_only, main_stats = decode_windows(doubting_pair, mel, main_alone(options), seeds=[1, 2, 3])
     speculative, stats = decode_windows(doubting_pair, mel, options, seeds=[1, 2, 3])
     assert [r.tokens for r in speculative] == [r.tokens for r in main_only]
     assert stats.fallbacks == main_stats.fallbacks == 5 * len(clips)
@@ -105,10 +107,10 @@ def test_windows_that_fail_try_every_temperature_alike_in_both_modes(doubting_pa
     assert all(r.avg_logprob is not None and r.temperature in options.temperature for r in main_only)
     # a sampled pass alone: the same draws in both modes, other texts than greedy's, other ones for other seeds
     hot = replace(options, temperature=1.0)
-    sampled, _ = decode_windows(doubting_pair, mel, hot, seeds=[1, 2, 3], use_assistant=False)
+    sampled, _ = decode_windows(doubting_pair, mel, main_alone(hot), seeds=[1, 2, 3])
     assert [r.tokens for r in decode_windows(doubting_pair, mel, hot, seeds=[1, 2, 3])[0]] == [r.tokens for r in sampled]
     assert [r.tokens for r in sampled] != [r.tokens for r in greedy]
-    reseeded, _ = decode_windows(doubting_pair, mel, hot, seeds=[7, 8, 9], use_assistant=False)
+    reseeded, _ = decode_windows(doubting_pair, mel, main_alone(hot), seeds=[7, 8, 9])
     assert [r.tokens for r in reseeded] != [r.tokens for r in sampled]
 
 
@@ -134,7 +136,7 @@ def test_no_long_recording_transcript_loops(default_pair, tmp_path, language):
     WER stays bounded."""
     path, reference = joined_fleurs(language, tmp_path)
     options = DecodingOptions(language=language, speculation="on")
-    main_only, speculative = (next(transcribe(default_pair, [path], options, use_assistant=use)) for use in (False, True))
+    main_only, speculative = (next(transcribe(default_pair, [path], mode)) for mode in (main_alone(options), options))
     assert [(s.start, s.end, s.text) for s in main_only.segments] == [(s.start, s.end, s.text) for s in speculative.segments]
     assert speculative.stats.drafted > 0
     assert main_only.stats.fallbacks == speculative.stats.fallbacks
@@ -146,7 +148,7 @@ def test_no_long_recording_transcript_loops(default_pair, tmp_path, language):
 def test_no_long_form_transcript_loops(default_pair):
     paths = [speech(p) for p in LONG]
     options = DecodingOptions(language="en", speculation="on")
-    main_only = list(transcribe(default_pair, paths, options, use_assistant=False))
+    main_only = list(transcribe(default_pair, paths, main_alone(options)))
     speculative = list(transcribe(default_pair, paths, options))
     for a, b in zip(main_only, speculative):
         assert a.text == b.text and a.text

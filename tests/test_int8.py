@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import manifest, mel_of, speech
+from conftest import main_alone, manifest, mel_of, speech
 
-from whisper_spec import load
+from whisper_spec import load, platform
 from whisper_spec.cli.main import main as cli
 from whisper_spec.decoding import decode_windows
 from whisper_spec.encoding import encoder_states
@@ -25,8 +25,8 @@ from whisper_spec.quantize import (
     Int8Linear,
     dynamic_int8_weights,
     int8pack_mm,
-    pack_row_int8,
     is_aligned,
+    pack_row_int8,
     quantize_decoder_state,
     quantize_per_channel,
     row_int8_mm,
@@ -84,7 +84,7 @@ def test_every_int8_layer_stays_close_to_its_float_layer(base_pair, int8_pair, d
     x = torch.randn(4, 512)
     logits = torch.nn.functional.linear(x, float_decoder.token_embedding.weight)
     # the output projection quantizes its activations too on CPU (7 bits a row, quantize.row_int8_mm):
-    # about 2.7% on these Gaussian rows; its WER cost is measured in the README (int8 decoder linears)
+    # about 2.7% on these Gaussian rows; its WER cost is measured in docs/models.md (int8 decoder linears)
     assert _relative_error(int8_decoder.proj_out(x.to(dtype)), logits) < 0.035
 
 
@@ -219,18 +219,18 @@ def test_int8_pairs_are_exact_on_their_kernels(request, precision):
         for first in range(0, len(CLIPS), batch_size):
             mel = mel_of(CLIPS[first : first + batch_size])
             for options in (DecodingOptions(speculation="on"), DecodingOptions(speculation="on", timestamps=True)):
-                alone, _ = decode_windows(everywhere, mel, options, use_assistant=False)
+                alone, _ = decode_windows(everywhere, mel, main_alone(options))
                 spec, stats = decode_windows(everywhere, mel, options)
                 assert [r.tokens for r in spec] == [r.tokens for r in alone]
                 assert stats.drafted > 0
 
 
 def test_auto_speculation_drafts_in_every_round_for_an_int8_pair_on_cpu(int8_pair):
-    """As measured to pay there (decoding.AUTO_MAX_DRAFT_FRAMES: on AMX CPUs up to three full windows,
+    """As measured to pay there (platform.AUTO_MAX_DRAFT_FRAMES: on AMX CPUs up to three full windows,
     elsewhere no limit): auto drafts as on does for two clips; every mode gives the int8 main model's
     tokens."""
     mel = mel_of(CLIPS[:2])
-    alone, _ = decode_windows(int8_pair, mel, DecodingOptions(), use_assistant=False)
+    alone, _ = decode_windows(int8_pair, mel, DecodingOptions(speculation="off"))
     auto, auto_stats = decode_windows(int8_pair, mel, DecodingOptions())
     on, on_stats = decode_windows(int8_pair, mel, DecodingOptions(speculation="on"))
     assert auto_stats.drafted == on_stats.drafted > 0
@@ -311,15 +311,15 @@ def test_int8_encoder_scales_activations_per_row():
 def test_cpu_encoder_default_is_what_the_cpu_runs_fastest():
     """bfloat16 where the CPU has AMX, else int8 linears: the precision load_pair gives unasked."""
     pair = load_pair("base", None, dtype="bfloat16", int8=True)
-    expected = "bfloat16" if load.cpu_has_amx() else "int8"
-    assert encoder_precision(pair.main) == expected == load.default_encoder_precision(torch.device("cpu"), torch.float32)
+    expected = "bfloat16" if platform.cpu_has_amx() else "int8"
+    assert encoder_precision(pair.main) == expected == platform.default_encoder_precision(torch.device("cpu"), torch.float32)
     assert isinstance(pair.main.encoder.blocks[0].mlp.fc1, DynamicInt8Linear) == (expected == "int8")
 
 
 @pytest.mark.parametrize("precision", ["int8", "bfloat16"])
 def test_cpu_encoders_encode_windows_alike_in_any_batch_and_stay_near_float(base_pair, precision):
     """Either CPU default encoder: a window encodes alike alone and beside others; its states stay
-    near float32's (their WER cost is measured in the README, not here), and speculative decoding on
+    near float32's (their WER cost is measured in docs/models.md, not here), and speculative decoding on
     them stays exact."""
     pair = load_pair("base", default_assistant("base"), encoder_precision=precision)
     assert encoder_precision(pair.main) == precision
@@ -332,7 +332,7 @@ def test_cpu_encoders_encode_windows_alike_in_any_batch_and_stay_near_float(base
     assert torch.equal(together, alone)
     # per row, int8 about 0.1 on these clips (one scale a window: about twice as far), bfloat16 less
     assert all(0 < _relative_error(together[i], exact[i]) < 0.15 for i in range(3))
-    alone_tokens, _ = decode_windows(pair, mel, DecodingOptions(speculation="on"), use_assistant=False)
+    alone_tokens, _ = decode_windows(pair, mel, DecodingOptions(speculation="off"))
     spec, stats = decode_windows(pair, mel, DecodingOptions(speculation="on"))
     assert [r.tokens for r in spec] == [r.tokens for r in alone_tokens] and stats.drafted > 0
 

@@ -18,9 +18,9 @@ KERNEL_SETS = ([("default", "SSE41"), ("avx2", "AVX2")] + ([("avx512", "AVX512_C
 
 CHECK = """
 import torch
-import whisper_spec.model as model
 from whisper_spec.load import build_decoder
 from whisper_spec.model import Decoder, ModelDims
+from whisper_spec.platform import make_row_invariant, query_rows
 from whisper_spec.quantize import quantize_decoder_state
 
 torch.manual_seed(0)
@@ -29,18 +29,18 @@ dims = ModelDims(n_mels=80, n_vocab=1001, d_model=512, n_audio_ctx=1500, n_audio
 state = {k: torch.randn_like(v) * 0.05 for k, v in Decoder(dims).state_dict().items()}
 encoder_states = torch.randn(3, 1500, 512)
 all_tokens = torch.randint(0, 1001, (3, 9))
-padding = model.query_rows_for_row_invariance()
+padding = query_rows()
 fixed = set()
 # attention's queries padded as the probe found, then (as where no padding suffices) a query at a time
-for query_rows in (padding, None):
-    model.query_rows_for_row_invariance = lambda: query_rows
+for queries in (padding, 0):
     for name, dtype, weights in (("float32", torch.float32, state), ("bfloat16", torch.bfloat16, state),
                                  ("int8", torch.bfloat16, quantize_decoder_state(state)),
                                  ("int8/float32", torch.float32, quantize_decoder_state(state))):
         decoder = build_decoder(dims, dict(weights), dtype, "cpu")
-        if not decoder.row_invariant:  # its probes found no padding: decoding takes fixed shapes
+        if not make_row_invariant(decoder, torch.device("cpu")):  # no padding found: decoding takes fixed shapes
             fixed.add(name)
             continue
+        decoder.exact_queries = queries
         # batch 1 too: its one-token steps are the one-row products, which kernels sum apart
         for batch in (1, 3):
             tokens = all_tokens[:batch]
@@ -52,7 +52,7 @@ for query_rows in (padding, None):
                 decoder.setup_caches(batch, 40)
                 alone = torch.cat([decoder(tokens[:, i : i + 1], positions[:, i : i + 1]) for i in range(9)], dim=1)
             assert torch.equal(together, alone), (
-                f"{name}, batch {batch}, queries padded to {query_rows}: positions scored together differ")
+                f"{name}, batch {batch}, queries padded to {queries}: positions scored together differ")
 # the CPU defaults keep verification in one product on every instruction set (bfloat16 float linears
 # measured not to under oneDNN's AVX512_CORE kernels)
 assert not fixed & {"float32", "int8", "int8/float32"}, fixed

@@ -27,7 +27,7 @@ def test_decoder_only_assistant_reads_no_encoder_and_is_exact(base_pair, tmp_pat
     assert pair.shares_encoder and pair.assistant.encoder is None
     assert pair.assistant.dims.n_text_layer == 3
     mel = mel_of([speech(c) for c in CLIPS])
-    main_only, _ = decode_windows(pair, mel, DecodingOptions(speculation="on"), use_assistant=False)
+    main_only, _ = decode_windows(pair, mel, DecodingOptions(speculation="off"))
     speculative, stats = decode_windows(pair, mel, DecodingOptions(speculation="on", draft_tokens=3))
     assert [r.tokens for r in main_only] == [r.tokens for r in speculative]
     assert stats.drafted > 0
@@ -57,7 +57,7 @@ def test_full_checkpoint_can_share_or_keep_its_encoder(base_pair):
     own = load_pair("base", "base", assistant_encoder="auto", assistant_int8=False)
     assert not own.shares_encoder and own.assistant.encoder is not None
     mel = mel_of([speech(CLIPS[0])])
-    main_only, _ = decode_windows(own, mel, DecodingOptions(speculation="on"), use_assistant=False)
+    main_only, _ = decode_windows(own, mel, DecodingOptions(speculation="off"))
     speculative, stats = decode_windows(own, mel, DecodingOptions(speculation="on", draft_tokens=6, draft_confidence=0))
     assert main_only[0].tokens == speculative[0].tokens
     assert stats.acceptance == 1.0  # the same model drafting for itself agrees everywhere

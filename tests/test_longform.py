@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from conftest import speech
+from conftest import main_alone, speech
 
 from whisper_spec.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.metrics import word_error_rate
@@ -138,9 +138,9 @@ def joined_recordings(tmp_path_factory):
 def test_joined_recordings_keep_every_word(base_pair, joined_recordings, mode):
     options = DecodingOptions(language="en")
     for name, path, parts in joined_recordings:
-        alone = " ".join(r.text for r in transcribe(base_pair, parts, options, use_assistant=False))
-        main_only, speculative = (next(transcribe(base_pair, [path], options, chunking=MODES[mode], use_assistant=use))
-                                  for use in (False, True))
+        alone = " ".join(r.text for r in transcribe(base_pair, parts, main_alone(options)))
+        main_only, speculative = (next(transcribe(base_pair, [path], mode_options, chunking=MODES[mode]))
+                                  for mode_options in (main_alone(options), options))
         assert main_only.text == speculative.text
         wer = word_error_rate([alone], [main_only.text], ["en"])
         print(f"{mode}, {name}: WER {wer:.4f} against the utterances alone")
@@ -179,8 +179,7 @@ def test_no_text_in_a_long_pause_or_a_quiet_tail_and_no_word_inside_them(base_pa
 def test_speculative_long_form_equals_main_only(long_pair, batch_size, mode):
     paths = [speech(p) for p in LONG]
     options = DecodingOptions(speculation="on", timestamps=True, draft_tokens=4)
-    main_only = list(transcribe(long_pair, paths, options, batch_size=batch_size, chunking=MODES[mode],
-                                use_assistant=False))
+    main_only = list(transcribe(long_pair, paths, main_alone(options), batch_size=batch_size, chunking=MODES[mode]))
     speculative = list(transcribe(long_pair, paths, options, batch_size=batch_size, chunking=MODES[mode]))
     for a, b in zip(main_only, speculative):
         assert a.text == b.text and a.text

@@ -37,7 +37,7 @@ def hf_base(base_pair):
 def test_base_matches_transformers_generate(base_pair, hf_base, timestamps):
     mel = mel_of([speech(p) for p in CLIPS.values()])
     # batch of all languages at once: rows detect their own language
-    ours, _ = decode_windows(base_pair, mel, DecodingOptions(timestamps=timestamps, temperature=0.0), use_assistant=False)
+    ours, _ = decode_windows(base_pair, mel, DecodingOptions(timestamps=timestamps, temperature=0.0, speculation="off"))
     detected = hf_base.detect_language(input_features=mel).flatten().tolist()
     for row, (language, result) in enumerate(zip(CLIPS, ours)):
         assert result.language == language
@@ -55,8 +55,7 @@ def test_no_speech_probability_and_average_logprob_are_whispers(base_pair, hf_ba
     noise = torch.from_numpy(np.random.default_rng(0).standard_normal(16000 * 5).astype(np.float32) * 0.03)
     mel = torch.cat([log_mel_spectrogram(pad_or_trim(noise)[None], 80), mel_of([speech(CLIPS["en"])])])
     special = base_pair.main.special
-    ours, _ = decode_windows(base_pair, mel, DecodingOptions(language="en", no_speech_threshold=0.0, temperature=0.0),
-                             use_assistant=False)
+    ours, _ = decode_windows(base_pair, mel, DecodingOptions(language="en", no_speech_threshold=0.0, temperature=0.0, speculation="off"))
     assert ours[0].no_speech and not ours[1].no_speech  # the noise is judged silent, the speech is not
     # the same verdict and inputs, bit for bit, when an assistant drafts (five of the six layers)
     drafting = WhisperPair(base_pair.main, decoder_subset(base_pair.main, [0, 1, 2, 3, 5]), base_pair.device,
@@ -67,8 +66,7 @@ def test_no_speech_probability_and_average_logprob_are_whispers(base_pair, hf_ba
     assert [(r.tokens, r.no_speech, r.no_speech_prob, r.avg_logprob) for r in speculative] == \
         [(r.tokens, r.no_speech, r.no_speech_prob, r.avg_logprob) for r in ours]
     # read from the first main call's logits at SOT, not from a main call of its own
-    forwards = [decode_windows(base_pair, mel, DecodingOptions(language="en", no_speech_threshold=threshold, temperature=0.0),
-                               use_assistant=False)[1].main_forwards for threshold in (0.0, None)]
+    forwards = [decode_windows(base_pair, mel, DecodingOptions(language="en", no_speech_threshold=threshold, temperature=0.0, speculation="off"))[1].main_forwards for threshold in (0.0, None)]
     assert forwards[0] == forwards[1]
     for row, result in enumerate(ours):
         prompt = special.prompt("en", "transcribe", timestamps=False)
@@ -85,7 +83,7 @@ def test_no_speech_probability_and_average_logprob_are_whispers(base_pair, hf_ba
 
 def test_base_translate_matches_transformers(base_pair, hf_base):
     mel = mel_of([speech(CLIPS["de"])])
-    ours, _ = decode_windows(base_pair, mel, DecodingOptions(task="translate", language="de", temperature=0.0), use_assistant=False)
+    ours, _ = decode_windows(base_pair, mel, DecodingOptions(task="translate", language="de", temperature=0.0, speculation="off"))
     assert ours[0].tokens == reference_tokens(hf_base, mel, language="de", task="translate")
 
 
@@ -93,7 +91,7 @@ def test_tiny_en_matches_transformers():
     pair = load_pair("tiny.en", encoder_precision="float32")
     hf = WhisperForConditionalGeneration.from_pretrained(pair.main.path, dtype=torch.float32).eval()
     mel = mel_of([speech("librispeech/test-other/1688-142285-0001.flac"), speech(CLIPS["en"])])
-    ours, _ = decode_windows(pair, mel, DecodingOptions(temperature=0.0), use_assistant=False)
+    ours, _ = decode_windows(pair, mel, DecodingOptions(temperature=0.0, speculation="off"))
     for row, result in enumerate(ours):
         assert result.language == "en"
         assert result.tokens == reference_tokens(hf, mel[row : row + 1])

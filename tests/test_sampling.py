@@ -1,5 +1,5 @@
 """Sampling follows the main model's distribution, and speculative sampling keeps the very tokens
-main-only sampling draws from the same seeds (decoding.sample_tokens); temperature fallback."""
+main-only sampling draws from the same seeds (sampling.sample_tokens); temperature fallback."""
 
 from dataclasses import replace
 
@@ -43,15 +43,14 @@ def exact_joint(model, mel, prompt):
     return joint
 
 
-def sample_pairs(pair, mel, use_assistant, seed):
+def sample_pairs(pair, mel, speculation, seed):
     """{(x1, x2 or None): count} of ROWS x REPEATS samples, each row a window seed of its own, and
     the samples in order."""
     counts, samples = {}, []
     for repeat in range(REPEATS):
-        options = DecodingOptions(speculation="on", language="en", temperature=TEMPERATURE, max_length=6, draft_tokens=3,
-                                  draft_confidence=0, seed=seed + repeat)
-        results, stats = decode_windows(pair, mel.expand(ROWS, -1, -1), options, seeds=list(range(ROWS)),
-                                        use_assistant=use_assistant)
+        options = DecodingOptions(speculation=speculation, language="en", temperature=TEMPERATURE, max_length=6,
+                                  draft_tokens=3, draft_confidence=0, seed=seed + repeat)
+        results, stats = decode_windows(pair, mel.expand(ROWS, -1, -1), options, seeds=list(range(ROWS)))
         for r in results:
             key = (r.tokens[0], r.tokens[1]) if len(r.tokens) >= 2 else (r.tokens[0] if r.tokens else 50, None)
             counts[key] = counts.get(key, 0) + 1
@@ -105,14 +104,14 @@ def test_speculative_sampling_matches_main_distribution(draft_vocab):
     # the assistant's own distribution is far from the main's: accepting drafts blindly would fail
     assert total_variation({k: v * n for k, v in drafts_only.items()}, exact, n) > 0.15
 
-    speculative, drafted_tokens = sample_pairs(pair, mel, use_assistant=True, seed=100)
-    main_only, main_tokens = sample_pairs(pair, mel, use_assistant=False, seed=100)
+    speculative, drafted_tokens = sample_pairs(pair, mel, speculation="on", seed=100)
+    main_only, main_tokens = sample_pairs(pair, mel, speculation="off", seed=100)
     # the same seeds draw the same tokens with or without drafts, though the assistant is poor
     assert drafted_tokens == main_tokens
     p_spec, df = chi_square_p_value(speculative, exact, n)
     # tolerance: a 0.1% significance level (fixed seeds make the outcome deterministic)
     assert p_spec > 1e-3, f"samples do not follow the main distribution (p={p_spec:.2g}, df={df})"
-    other_seed, _ = sample_pairs(pair, mel, use_assistant=False, seed=200)
+    other_seed, _ = sample_pairs(pair, mel, speculation="off", seed=200)
     assert other_seed != main_only  # another seed, other draws
     drafted_p, _ = chi_square_p_value({k: round(v * n) for k, v in drafts_only.items()}, exact, n)
     assert drafted_p < 1e-6, "the chi-square test has no power against the assistant's distribution"

@@ -1,8 +1,10 @@
 """Greedy speculative output is token-identical to main-only output, at every batch size."""
 
+from dataclasses import replace
+
 import pytest
 import torch
-from conftest import mel_of, perturbed_decoder, random_model, speech
+from conftest import main_alone, mel_of, perturbed_decoder, random_model, speech
 
 from whisper_spec.decoding import decode_encoded, decode_windows
 from whisper_spec.encoding import encode, encoder_states
@@ -19,7 +21,7 @@ CLIPS = [
 
 
 def assert_identical(pair, mel, options, **kwargs):
-    main_only, _ = decode_windows(pair, mel, options, use_assistant=False, **kwargs)
+    main_only, _ = decode_windows(pair, mel, main_alone(options), **kwargs)
     speculative, stats = decode_windows(pair, mel, options, **kwargs)
     for row, (a, b) in enumerate(zip(main_only, speculative)):
         assert a.tokens == b.tokens, f"row {row}: speculative output differs from main-only output"
@@ -60,10 +62,10 @@ def test_a_row_decodes_alike_alone_and_beside_rows_that_finish_first(base_with_l
     run beside it, and the next call on the same encoding must find every row's audio again."""
     pair = base_with_layer_subset
     options = DecodingOptions(speculation="on", draft_tokens=4)
-    for use_assistant in (False, True):
-        batched, _ = decode_windows(pair, clip_mel, options, use_assistant=use_assistant)
+    for mode in (main_alone(options), options):
+        batched, _ = decode_windows(pair, clip_mel, mode)
         assert len({len(r.tokens) for r in batched}) == len(batched)  # every row ends at its own step
-        alone = [decode_windows(pair, clip_mel[i : i + 1], options, use_assistant=use_assistant)[0][0] for i in range(4)]
+        alone = [decode_windows(pair, clip_mel[i : i + 1], mode)[0][0] for i in range(4)]
         assert [r.tokens for r in alone] == [r.tokens for r in batched]
     encode(pair, clip_mel, None, DecodingStats())
     first, _ = decode_encoded(pair, 4, options)
@@ -78,24 +80,24 @@ def test_a_row_decodes_alike_alone_and_beside_rows_that_finish_first(base_with_l
 def test_an_error_mid_decoding_leaves_the_decoders_whole(monkeypatch):
     """Rows that finished leave the decoders' batch while decoding; an exception must not leave the
     caches and cross-attention states shrunk for the next call."""
-    import whisper_spec.decoding as decoding
+    import whisper_spec.speculative as speculative
 
     main = random_model(0, eot_bias=0.25)
     pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), torch.device("cpu"), torch.float32)
     mel = torch.randn(4, 80, 3000)
     options = DecodingOptions(speculation="on", language="en", draft_confidence=0)
     expected, _ = decode_windows(pair, mel, options)
-    verify = decoding.verify
+    verify = speculative.verify
 
     def failing_once_rows_left(context, state, *args):
         if state.done.any():
             raise RuntimeError("out of memory")
         return verify(context, state, *args)
 
-    monkeypatch.setattr(decoding, "verify", failing_once_rows_left)
+    monkeypatch.setattr(speculative, "verify", failing_once_rows_left)
     with pytest.raises(RuntimeError):
         decode_windows(pair, mel, options)
-    monkeypatch.setattr(decoding, "verify", verify)
+    monkeypatch.setattr(speculative, "verify", verify)
     for decoder in (main.decoder, pair.assistant.decoder):
         assert decoder.blocks[0].attn.kv_cache.k.shape[0] == 4 and decoder.blocks[0].cross_attn.cross_kv[0].shape[0] == 4
     again, _ = decode_encoded(pair, 4, options)  # the same encoding, every row's audio still there
@@ -157,21 +159,24 @@ def test_max_length_stops_rows_exactly():
 
 def test_auto_speculation_drafts_for_batches_within_the_measured_frames(monkeypatch):
     """speculation="auto" drafts in every round of a batch whose rows times the assistant's frames
-    stay within AUTO_MAX_DRAFT_FRAMES on the device (two full windows here), and in none of a larger
-    one; every mode gives the main model's tokens."""
-    from dataclasses import replace
+    stay within the platform's limit (platform.AUTO_MAX_DRAFT_FRAMES for the device kind and decoder
+    precision; two full windows here), and in none of a larger one; every mode gives the main
+    model's tokens."""
+
 
     import whisper_spec.decoding as decoding
+    import whisper_spec.platform as platform
 
-    limit = {(decoding.device_kind(torch.device("cpu")), "float"): 2 * 1500}
-    monkeypatch.setattr(decoding, "AUTO_MAX_DRAFT_FRAMES", limit)
+    limit = {(platform.device_kind(torch.device("cpu")), "float"): 2 * 1500}
+    monkeypatch.setattr(platform, "AUTO_MAX_DRAFT_FRAMES", limit)
     main = random_model(0, eot_bias=0.25)
     pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), torch.device("cpu"), torch.float32)
+    assert pair.platform.auto_max_draft_frames == 2 * 1500
     torch.manual_seed(8)
     mel = torch.randn(4, 80, 3000)
     options = DecodingOptions(language="en", timestamps=True, draft_confidence=0)
     for batch, auto_drafts in ((4, False), (2, True), (1, True)):
-        alone, _ = decode_windows(pair, mel[:batch], options, use_assistant=False)
+        alone, _ = decode_windows(pair, mel[:batch], main_alone(options))
         runs = {mode: decode_windows(pair, mel[:batch], replace(options, speculation=mode)) for mode in ("on", "auto", "off")}
         for results, _ in runs.values():
             assert [r.tokens for r in results] == [r.tokens for r in alone]
@@ -181,7 +186,7 @@ def test_auto_speculation_drafts_for_batches_within_the_measured_frames(monkeypa
     # the rule counts the frames the assistant reads: a third of the window each, four rows draft
     with torch.inference_mode():
         pair.assistant.decoder.set_cross(main.encoder(mel), n_frames=500)
-    assert decoding.auto_drafts(pair.main, pair.assistant, 4) and not decoding.auto_drafts(pair.main, pair.assistant, 7)
+    assert decoding.auto_drafts(pair.platform, pair.assistant, 4) and not decoding.auto_drafts(pair.platform, pair.assistant, 7)
 
 
 @pytest.mark.parametrize("options", [
@@ -194,9 +199,9 @@ def test_fixed_shape_decoding_gives_the_row_invariant_tokens(base_with_layer_sub
     modes must give the tokens of CPU decoding, at every batch size, although every call computes
     positions past each row's end."""
     pair = base_with_layer_subset
-    reference = {b: decode_windows(pair, clip_mel[:b], options, use_assistant=False)[0] for b in (1, 4)}
+    reference = {b: decode_windows(pair, clip_mel[:b], main_alone(options))[0] for b in (1, 4)}
     # as the probes answer for kernels that no padding makes row-invariant
-    monkeypatch.setattr(pair.main.decoder, "_row_invariant", False)
+    monkeypatch.setattr(pair, "platform", replace(pair.platform, row_invariant=False))
     widths = []
     features = type(pair.main.decoder).features
 

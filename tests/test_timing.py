@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import speech
+from conftest import main_alone, speech
 
 from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions
@@ -70,7 +70,7 @@ def chapter_words():
     pair = load_pair("base")
     assert pair.assistant is not None
     options = DecodingOptions(language="en", word_timestamps=True)
-    return {use: next(transcribe(pair, [speech(CHAPTER)], options, use_assistant=use)) for use in (False, True)}
+    return {use: next(transcribe(pair, [speech(CHAPTER)], options if use else main_alone(options))) for use in (False, True)}
 
 
 def test_words_are_the_same_with_and_without_the_assistant_and_cover_the_text(chapter_words):

@@ -126,7 +126,6 @@ def run_batch(
     *,
     batch_size: int = BATCH_SIZE,
     chunking: ChunkingOptions = ChunkingOptions(),
-    use_assistant: bool = True,
     progress: bool = True,
     max_words_per_line: int | None = None,
     on_file: Callable[[Job, Path | None], None] | None = None,
@@ -138,7 +137,7 @@ def run_batch(
     languages = {str(job.path): job.language for job in log.todo if job.language}
     try:
         results = transcribe(pair, [job.path for job in log.todo], options, batch_size=batch_size, chunking=chunking,
-                             languages=languages, use_assistant=use_assistant, on_window=log.bar.advance)
+                             languages=languages, on_window=log.bar.advance)
         for result in results:
             job = by_path[result.path]
             written = write_result(result, log.output_dir, formats, job.name, max_words_per_line)

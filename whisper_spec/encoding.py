@@ -10,24 +10,16 @@ from torch import Tensor
 
 from .audio import batch_features, signal_frames
 from .pair import Whisper, WhisperPair
+from .platform import synchronize
 from .stats import DecodingStats
 
 
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work, so a timer read after it measures that work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def encoder_states(model: Whisper, mel: Tensor) -> Tensor:
-    """The model's encoder states of a batch of windows, [batch, frames, d_model]. On CPU one
-    window at a time: a batched pass's activations (50 MB a matrix at 4 windows) are past the sizes
-    glibc's allocator keeps mapped, so every such pass page-faults gigabytes of fresh pages (10% of
-    its time at batch 4, measured: benchmarks/cpu_costs.py), and a window's states then do not
-    depend on the windows beside it (float32 GEMMs are not row-invariant, and the int8 encoder
-    takes its activation range per call): on CPU, batching never changes a transcript."""
+    """The model's encoder states of a batch of windows, [batch, frames, d_model]; one window a
+    call where the platform says so (CPU: a window's states then do not depend on the windows
+    beside it, and batching never changes a transcript; decisions, "One encoder window a call on CPU")."""
     mel = mel.to(model.decoder.positional_embedding.device)
-    if mel.device.type == "cpu" and len(mel) > 1:
+    if model.encoder.one_window_a_call and len(mel) > 1:
         return torch.cat([model.encoder(window) for window in mel.split(1)])
     return model.encoder(mel)
 
@@ -56,12 +48,13 @@ def detect_languages(pair: WhisperPair, mel: Tensor) -> list[str]:
     return detect_language(pair.main, sot_logits(pair.main, mel.shape[0]))
 
 
-def assistant_frames(assistant: Whisper, mel: Tensor) -> int | None:
+def assistant_frames(pair: WhisperPair, mel: Tensor) -> int | None:
     """The encoder frames the assistant attends to for this batch (None: all): up to the end of
-    the longest audio plus its margin. Its drafts need not be exact, and skipping the padding
-    after short audio halves the bytes its cross-attention reads on CPU. On GPUs, where steps are
-    captured as CUDA graphs, one shape for every batch counts for more: all frames."""
-    if assistant.audio_frame_margin is None or assistant.decoder.positional_embedding.device.type != "cpu":
+    the longest audio plus its margin, where the platform skips the padding (CPU: its drafts need
+    not be exact, and after short audio that halves the bytes its cross-attention reads; on GPUs
+    one shape for every batch's CUDA graphs counts for more)."""
+    assistant = pair.assistant
+    if assistant.audio_frame_margin is None or not pair.platform.assistant_skips_padding:
         return None
     n_audio_ctx = assistant.dims.n_audio_ctx
     frames = -(-int(signal_frames(mel).max()) * n_audio_ctx // mel.shape[-1])
@@ -78,15 +71,17 @@ def pair_features(pair: WhisperPair, audio: list) -> tuple[Tensor, Tensor | None
     return mel, None
 
 
-def encode(pair: WhisperPair, mel: Tensor, assistant_mel: Tensor | None, stats: DecodingStats) -> None:
-    """Run the encoder(s) once for the batch and hand their states to the decoders' cross-attention."""
+def encode(pair: WhisperPair, mel: Tensor, assistant_mel: Tensor | None, stats: DecodingStats,
+           with_assistant: bool = True) -> None:
+    """Run the encoder(s) once for the batch and hand their states to the decoders' cross-attention
+    (the main decoder's only, without the assistant)."""
     synchronize(pair.device)
     start = time.perf_counter()
     with torch.inference_mode():
         states = encoder_states(pair.main, mel)
         pair.main.decoder.set_cross(states)
-        if pair.assistant is not None:
-            n_frames = assistant_frames(pair.assistant, mel)
+        if pair.assistant is not None and with_assistant:
+            n_frames = assistant_frames(pair, mel)
             if pair.shares_encoder:
                 pair.assistant.decoder.set_cross(states, main=pair.main.decoder, n_frames=n_frames)
             else:

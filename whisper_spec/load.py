@@ -36,13 +36,19 @@ from .pair import (
     is_distilled_assistant,
     share_main_modules,
 )
+from .platform import (
+    check_device,
+    default_encoder_precision,
+    default_int8,
+    dynamic_int8_runs,
+    int8_assistant_in_bfloat16,
+    prepare,
+)
 from .quantize import (
     Int8Embedding,
     aligned,
-    dynamic_int8_available,
     dynamic_int8_weights,
     int8_modules,
-    kernel_for,
     quantize_decoder_state,
     quantize_dynamic_linears,
 )
@@ -59,10 +65,12 @@ def as_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 def _build(module_class, dims: ModelDims, state_dict: dict, dtype: torch.dtype, device: torch.device):
-    """The module built on the meta device, then given the weights: no float copy is made first."""
+    """The module built on the meta device, then given the weights (no float copy is made first),
+    prepared for the device."""
     with torch.device("meta"):
         module = module_class(dims)
     _load_module(module, state_dict, dtype, device)
+    prepare(module, torch.device(device))
     return module
 
 
@@ -158,61 +166,8 @@ def build_decoder(dims: ModelDims, state: dict, dtype, device) -> Decoder:
         decoder.proj_out = decoder.token_embedding.as_projection()
     elif decoder.proj_out is None:
         decoder.proj_out = Linear.of(decoder.token_embedding.weight)
-    decoder.pack()
+    prepare(decoder, torch.device(device))
     return decoder
-
-
-def cpu_int8_dtype() -> str | None:
-    """The activation dtype int8 decoders run fastest with on this CPU: bfloat16 where aten's fused
-    int8-weight kernel runs, else float32 where the row-int8 kernel does (quantize.row_int8_mm);
-    None where neither. float32 rows where both run put every int8 linear on the row-int8 kernel,
-    whose one-row calls are dearer: measured in one interleaved run (benchmarks/int8_rows.py, 106
-    LibriSpeech and FLEURS clips, batch 1), main-only decoding 12% slower, speculative decoding the
-    same (its five-position verification costs about one step there, a quarter more on aten's). On an
-    AVX-512 Xeon with AMX and VNNI the same run gave main-only 3% slower, speculative the same."""
-    if kernel_for("cpu", torch.bfloat16) == "int8pack_mm":
-        return "bfloat16"
-    return "float32" if kernel_for("cpu", torch.float32) == "row_int8" else None
-
-
-def default_int8(device: torch.device) -> bool:
-    """Whether decoders' linears go int8 when the command line is not told (and an assistant's when
-    load_pair is not, see assistant_precision): on CPU wherever a fast int8 kernel runs
-    (cpu_int8_dtype), the fastest configuration measured there, its WER within 0.3 point of float32
-    decoders' (README's int8 section, LibriSpeech); elsewhere float, as int8 weights save GPU memory, not time."""
-    return device.type == "cpu" and cpu_int8_dtype() is not None
-
-
-def default_precision(device: torch.device, int8: bool | None = None, dtype: str | None = None) -> tuple[bool, str]:
-    """int8 decoders and the activation dtype as the command line loads them, where not given:
-    int8 per default_int8; float16 on CUDA; on CPU cpu_int8_dtype with int8 decoders, else float32."""
-    if int8 is None:
-        int8 = default_int8(device)
-    if device.type == "cuda":
-        return int8, dtype or "float16"
-    return int8, dtype or ((cpu_int8_dtype() or "bfloat16") if int8 else "float32")
-
-
-def cpu_has_amx() -> bool:
-    """Whether this CPU has AMX tiles (oneDNN's bfloat16 and int8 matrix units, Xeon Sapphire Rapids on)."""
-    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    return bool(probe and probe())
-
-
-def default_encoder_precision(device: torch.device, dtype: torch.dtype) -> str:
-    """The encoder's precision where the caller does not say: on CPU bfloat16 where the CPU has AMX,
-    else int8 linears where DynamicInt8Linear runs, else float32; elsewhere the activation dtype.
-
-    Measured on an AVX-512 Xeon with AMX, the three encoders beside the default decoders in one run
-    (benchmarks/encoder_precision.py, 78 LibriSpeech and 28 FLEURS clips, batch 1): encoder seconds
-    17.8 bfloat16, 30.3 int8, 46.6 float32, decoding the same (~30 s); WER 14.14 / 15.16 / 14.60%
-    (LibriSpeech 11.16 / 11.79 / 11.30%). On the AMD EPYC (AVX2, no AMX, no VNNI) the int8 encoder is
-    the faster one, and half-precision matmuls are several times slower than float32 there."""
-    if device.type != "cpu":
-        return str(dtype).removeprefix("torch.")
-    if cpu_has_amx():
-        return "bfloat16"
-    return "int8" if dynamic_int8_available() else "float32"
 
 
 def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", device="cpu",
@@ -248,7 +203,7 @@ def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", 
             decoder = _decoder(ckpt, dims, dtype, device, int8)
         generation = json.loads((path / "generation_config.json").read_text())
     if int8_encoder:
-        if device.type != "cpu" or not dynamic_int8_available():
+        if not dynamic_int8_runs(device):
             raise ValueError(f"int8 encoder linears run on CPU with torch's oneDNN engine only, not on {device}")
         # the decoder's weights (int8 or not, and their dtype) are what its key/value projections quantize from
         kind = f"dynamic encoder={encoder is not None} int8 decoder={int8 or prequantized} {dtype}"
@@ -285,8 +240,7 @@ def assistant_precision(dtype: torch.dtype, int8: bool, assistant_int8: bool | N
     """
     if assistant_int8 is None:
         assistant_int8 = int8 or default_int8(device)
-    if assistant_int8 and dtype == torch.float32 and (
-            device.type != "cpu" or kernel_for("cpu", torch.bfloat16) == "int8pack_mm"):
+    if assistant_int8 and dtype == torch.float32 and int8_assistant_in_bfloat16(device):
         return torch.bfloat16, True
     return dtype, assistant_int8
 
@@ -316,7 +270,7 @@ def load_distilled(path: Path, main: Whisper, dtype, device, int8: bool = False)
     decoder.load_state_dict(_placed(state, dtype, device), strict=False, assign=True)
     decoder.requires_grad_(False)
     share_main_modules(decoder, main.decoder, sources, draft_vocab, int8)
-    decoder.pack()
+    prepare(decoder, torch.device(device))
     left = [n for n, t in decoder.state_dict().items() if t.is_meta]
     if left:
         raise ValueError(f"{path}: weights missing from model.safetensors: {left[:5]}")
@@ -358,10 +312,7 @@ def load_pair(
         assistant = default_assistant(str(main))
     dtype = as_dtype(dtype)
     device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device} asked for, but torch sees no CUDA device")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise ValueError(f"device {device} asked for, but torch sees {torch.cuda.device_count()} CUDA device(s)")
+    check_device(device)
     main_model = load_model(main, dtype=dtype, device=device, int8=int8, encoder_precision=encoder_precision)
     assistant_model = None
     assistant_dtype, assistant_int8 = assistant_precision(dtype, int8, assistant_int8, device)

@@ -8,7 +8,6 @@ stale entries beyond it are masked out by position and overwritten by the next c
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -31,40 +30,13 @@ class ModelDims:
     n_text_ffn: int
 
 
-# Devices where a decoder position's result can be made not to depend on how many positions one call
-# computes (linears padded to the rows their kernel needs, attention with padded queries: see
-# Linear.rows_for_row_invariance, _decoder_attention), where the probes find such padding (see
-# Decoder.row_invariant). Elsewhere (cuBLAS, fused attention and reductions choose algorithms by shape)
-# decoding gives every main call one shape.
-ROW_INVARIANT_DEVICES = {"cpu"}
-
-
 def cast(tensor: Tensor, dtype: torch.dtype) -> Tensor:
     """tensor in dtype; one that already is costs no dispatcher call (a decoder step makes a
     hundred such casts, most of them no-ops, at ~2 us each through Tensor.to)."""
     return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
-def _onednn_packed(weight: Tensor) -> Tensor | None:
-    """oneDNN's blocked copy of a float32 CPU weight, None where oneDNN does not run.
-
-    Packed for 16 rows, the kernel computes every row alike whatever the row count (measured:
-    each row of a 1-100 row product equals that row alone, bit for bit), which F.linear's float32
-    kernels do not, and it is faster at the row counts decoding uses (base's 51865 x 512
-    projection, 2 threads: 1 / 4 / 20 rows 6 / 7 / 12 ms, against 12 / 22 / 33 ms for F.linear)."""
-    if weight.device.type != "cpu" or weight.dtype != torch.float32:
-        return None
-    try:
-        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 16)
-    except (AttributeError, RuntimeError):
-        return None
-
-
-# the row counts a call may be padded to, in the probes of row invariance
-PROBED_ROW_COUNTS = (1, 2, 4, 8, 16)
-
-
-def _padded_rows(product, x: Tensor, min_rows: int) -> Tensor:
+def padded_rows(product, x: Tensor, min_rows: int) -> Tensor:
     """product(x) with x's rows (dim -2) padded with zeros to at least min_rows, those dropped after."""
     n_rows, padding = x.shape[-2], max(min_rows - x.shape[-2], 0)
     if not padding:
@@ -72,43 +44,22 @@ def _padded_rows(product, x: Tensor, min_rows: int) -> Tensor:
     return product(F.pad(x, (0, 0, 0, padding)))[..., :n_rows, :]
 
 
-def _rows_alike(product, x: Tensor, min_rows: int) -> bool:
-    """Whether product(rows, min_rows) gives each of x's rows (dim -2) the result it gives that row
-    alone, bit for bit, whatever rows share the call: x is cut into calls of 2, 3, 4, 5, 9 and 17 rows."""
-    alone = torch.cat([product(row, min_rows) for row in x.split(1, dim=-2)], dim=-2)
-    return all(torch.equal(torch.cat([product(rows, min_rows) for rows in x.split(count, dim=-2)], dim=-2), alone)
-               for count in (2, 3, 4, 5, 9, 17))
-
-
-def fewest_rows_alike(product, x: Tensor) -> int | None:
-    """The fewest rows (of PROBED_ROW_COUNTS) that padding every call to makes product(rows,
-    min_rows) compute each row alike whatever the row count, None where none does.
-
-    Measured, not assumed: GEMM libraries pick micro-kernels and summation orders by row count, and
-    the choice differs between instruction sets, so a decoding is exact only on what this CPU does."""
-    return next((min_rows for min_rows in PROBED_ROW_COUNTS if _rows_alike(product, x, min_rows)), None)
-
-
 class Linear(nn.Linear):
-    """nn.Linear that computes in the activation dtype, so one model can hold mixed weights.
-    After pack(), float32 on CPU runs oneDNN's kernel on a packed copy of the weight. On CPU a
-    call of few rows is padded to the rows from which this kernel computes every row alike
-    (rows_for_row_invariance), so a position's result does not depend on how many share its call."""
+    """nn.Linear that computes in the activation dtype, so one model can hold mixed weights. Where
+    the platform packed it (platform.prepare), float32 runs oneDNN's kernel on the packed copy; a
+    call of fewer than pad_rows rows is padded to them (platform.make_row_invariant), so a
+    position's result does not depend on how many share its call."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.register_buffer("packed", None, persistent=False)
+        self.pad_rows = 0
 
     def reset_parameters(self) -> None:
         # as Embedding's: values drawn on the meta device are never read (the weights are assigned),
         # and drawing them for the 87 linears of a pair took 0.15 s of every start
         if not self.weight.is_meta:
             super().reset_parameters()
-
-    def pack(self) -> None:
-        """For inference: the packed copy does not follow later changes to the weight."""
-        if self.packed is None:
-            self.packed = _onednn_packed(self.weight)
 
     def product(self, x: Tensor) -> Tensor:
         """x @ weight.T + bias by this layer's kernel, rows as they come."""
@@ -119,46 +70,20 @@ class Linear(nn.Linear):
         bias = None if self.bias is None else cast(self.bias, x.dtype)
         return F.linear(x, cast(self.weight, x.dtype), bias)
 
-    def rows_for_row_invariance(self, dtype: torch.dtype) -> int | None:
-        """The fewest rows from which this layer's kernel computes every row alike, probed once per
-        shape, dtype and thread count (see fewest_rows_alike). Measured on AVX-512 (Xeon with AMX,
-        torch 2.13): oneDNN's packed float32 kernel sums a one-row product of 1536 or more inputs
-        in another order than two or more rows, so base's mlp.fc2 is padded to two rows there; on
-        AVX2 every row count agreed."""
-        key = (self.in_features, self.out_features, dtype, self.bias is not None,
-               self.packed is not None and dtype == torch.float32, torch.get_num_threads())
-        if key not in _LINEAR_ROWS:
-            # a half-precision result hides most differences in the float32 sums behind its rounding
-            # (one element in thousands shows one): enough rows that ~2^18 elements are compared
-            n_rows = 18 if dtype == torch.float32 else max(18, -(-2**18 // self.out_features))
-            generator = torch.Generator().manual_seed(0)
-            x = torch.randn(n_rows, self.in_features, generator=generator).to(device=self.weight.device, dtype=dtype)
-            with torch.no_grad():
-                _LINEAR_ROWS[key] = fewest_rows_alike(lambda rows, min_rows: _padded_rows(self.product, rows, min_rows), x)
-        return _LINEAR_ROWS[key]
-
     def forward(self, x: Tensor) -> Tensor:
         rows = x.numel() // self.in_features
-        if (rows >= PROBED_ROW_COUNTS[-1] or x.device.type not in ROW_INVARIANT_DEVICES
-                or torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad)):
+        if rows >= self.pad_rows or torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
             return self.product(x)
-        min_rows = self.rows_for_row_invariance(x.dtype)
-        if min_rows is None or rows >= min_rows:  # None: decoders with it take fixed shapes (Decoder.row_invariant)
-            return self.product(x)
-        return _padded_rows(self.product, x.reshape(rows, self.in_features), min_rows).reshape(
+        return padded_rows(self.product, x.reshape(rows, self.in_features), self.pad_rows).reshape(
             *x.shape[:-1], self.out_features)
 
     @classmethod
     def of(cls, weight: Tensor) -> "Linear":
-        """A bias-free projection with this weight (shared, not copied), packed like it would be."""
+        """A bias-free projection with this weight (shared, not copied)."""
         with torch.device("meta"):
             linear = cls(weight.shape[1], weight.shape[0], bias=False)
         linear.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
-        linear.pack()
         return linear
-
-
-_LINEAR_ROWS: dict[tuple, int | None] = {}  # Linear.rows_for_row_invariance's answers
 
 
 class Embedding(nn.Embedding):
@@ -224,6 +149,7 @@ class Encoder(nn.Module):
             EncoderBlock(dims.d_model, dims.n_audio_head, dims.n_audio_ffn) for _ in range(dims.n_audio_layer)
         )
         self.ln_post = nn.LayerNorm(dims.d_model)
+        self.one_window_a_call = False  # encoding.encoder_states' batching (platform.prepare)
 
     def forward(self, mel: Tensor) -> Tensor:
         """mel: [batch, n_mels, 3000] -> encoder states [batch, 1500, d_model]."""
@@ -259,10 +185,10 @@ def _bmm(a: Tensor, b: Tensor) -> Tensor:
     return out.view(*a.shape[:-1], b.shape[-1])
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, min_queries: int,
-            scores_out: list | None = None) -> Tensor:
+def attend(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, min_queries: int,
+           scores_out: list | None = None) -> Tensor:
     """softmax(q k^T / sqrt(d)) v, with q padded with zero queries to at least min_queries rows
-    (see query_rows_for_row_invariance); blocked: True where a query may not attend."""
+    (platform.query_rows); blocked: True where a query may not attend."""
     n_queries, padding = q.shape[-2], max(min_queries - q.shape[-2], 0)
     if padding:
         q = F.pad(q, (0, 0, 0, padding))
@@ -276,40 +202,22 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, min_queries
     return out[..., :n_queries, :] if padding else out
 
 
-@functools.cache
-def query_rows_for_row_invariance() -> int | None:
-    """The fewest query rows from which this CPU's float32 batched matmuls compute every row alike
-    whatever the row count, None where none up to 16 does (then attention goes a query at a time).
-
-    On AVX2 (oneDNN, torch 2.13) one row, two or three rows, and four or more each round
-    differently, while every count from four on agrees: decoding pads its queries to four, and a
-    verification pass then scores its positions in one product, as a one-token step does, bit for
-    bit. Probed on the attention's shapes in a one-window step (8 heads of 64, a window of keys,
-    base's cache), with this process's threads."""
-    generator = torch.Generator().manual_seed(0)
-    queries = torch.randn(8, 18, 64, generator=generator)
-    keys_values = [torch.randn(2, 8, n_keys, 64, generator=generator) for n_keys in (465, 1500)]
-    return fewest_rows_alike(lambda q, min_queries: torch.cat(
-        [_attend(q, k, v, None, min_queries) for k, v in keys_values], dim=-1), queries)
-
-
-def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, row_invariant: bool,
+def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, exact_queries: int | None,
                        scores_out: list | None = None) -> Tensor:
     """Attention written out rather than F.scaled_dot_product_attention, whose fused kernels pick
     blockings by query count, so that one position's output would depend on how many are computed
     at once. With a full-cache key span and row-invariant matmuls, a verified position's logits
-    are those of a one-token step, bit for bit; row_invariant (decoding on CPU) gets that from
-    CPU matmuls by padding the queries (query_rows_for_row_invariance), or where no padding does,
-    by one product a query (the rest is elementwise or per row, row-invariant anyway).
+    are those of a one-token step, bit for bit. exact_queries (Decoder.exact_queries; None: not
+    asked): the query rows padding to which makes this CPU's matmuls row-invariant, 0 where none
+    does (then one product a query; the rest is elementwise or per row, row-invariant anyway).
     blocked: True where a query may not attend. scores_out: a list the attention scores (before
     the softmax) are appended to."""
-    if not row_invariant:
-        return _attend(q, k, v, blocked, 0, scores_out)
-    min_queries = query_rows_for_row_invariance()
-    if min_queries is not None:
-        return _attend(q, k, v, blocked, min_queries, scores_out)
+    if exact_queries is None:
+        return attend(q, k, v, blocked, 0, scores_out)
+    if exact_queries:
+        return attend(q, k, v, blocked, exact_queries, scores_out)
     row_scores = [] if scores_out is not None else None
-    rows = [_attend(q[..., i : i + 1, :], k, v, None if blocked is None else blocked[..., i : i + 1, :], 0, row_scores)
+    rows = [attend(q[..., i : i + 1, :], k, v, None if blocked is None else blocked[..., i : i + 1, :], 0, row_scores)
             for i in range(q.shape[-2])]
     if scores_out is not None:
         scores_out.append(torch.cat(row_scores, dim=-2))
@@ -354,7 +262,7 @@ class DecoderAttention(nn.Module):
         else:
             self.cross_kv = new
 
-    def forward(self, x: Tensor, positions: Tensor, blocked: Tensor | None, row_invariant: bool,
+    def forward(self, x: Tensor, positions: Tensor, blocked: Tensor | None, exact_queries: int | None,
                 scores_out: list | None = None) -> Tensor:
         if self.cross:
             q = _split_heads(self.q(x), self.n_head)
@@ -365,7 +273,7 @@ class DecoderAttention(nn.Module):
                 self.kv_cache.write(positions, k, v)
                 k, v = self.kv_cache.k[:, :, : blocked.shape[-1]], self.kv_cache.v[:, :, : blocked.shape[-1]]
             # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
-        attn = _decoder_attention(cast(q, k.dtype), k, v, None if self.cross else blocked, row_invariant, scores_out)
+        attn = _decoder_attention(cast(q, k.dtype), k, v, None if self.cross else blocked, exact_queries, scores_out)
         return self.out(cast(_merge_heads(attn), x.dtype))
 
 
@@ -379,10 +287,10 @@ class DecoderBlock(nn.Module):
         self.mlp_ln = nn.LayerNorm(d_model)
         self.mlp = MLP(d_model, d_ffn)
 
-    def forward(self, x: Tensor, positions: Tensor, blocked: Tensor, row_invariant: bool,
+    def forward(self, x: Tensor, positions: Tensor, blocked: Tensor, exact_queries: int | None,
                 cross_scores: list | None = None) -> Tensor:
-        x = x + self.attn(self.attn_ln(x), positions, blocked, row_invariant)
-        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, row_invariant, cross_scores)
+        x = x + self.attn(self.attn_ln(x), positions, blocked, exact_queries)
+        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, exact_queries, cross_scores)
         return x + self.mlp(self.mlp_ln(x))
 
 
@@ -425,37 +333,24 @@ class Decoder(nn.Module):
         self.ln = nn.LayerNorm(dims.d_model)
         self.proj_out: nn.Module | None = None
         self.cross_source: list[int] | None = None  # per block: the main decoder layer whose cross keys/values it reuses
-        self._row_invariant: bool | None = None  # row_invariant's answer, once probed
+        # queries padded to this many for row-invariant attention (platform.make_row_invariant; 0: one
+        # product a query), None: the main decoder on a device without row invariance, or an assistant
+        self.exact_queries: int | None = None
+        self.attention_dtype: torch.dtype | None = None  # keys, values and attention; None: the activation dtype (platform.prepare)
 
     @property
     def dtype(self) -> torch.dtype:
         return self.positional_embedding.dtype  # the activation dtype, also when the linears are int8
 
     @property
-    def attention_dtype(self) -> torch.dtype:
-        """Keys, values and attention: float32 on CPU, whose half-precision batched matmuls are
-        unvectorised (several times slower); the activation dtype elsewhere."""
-        return torch.float32 if self.positional_embedding.device.type == "cpu" else self.dtype
-
-    @property
-    def row_invariant(self) -> bool:
-        """Whether a position's result is the same however many positions and rows share a call: on
-        a ROW_INVARIANT_DEVICES device wherever every float linear's kernel can be padded to that
-        (int8 kernels are, see quantize.int8pack_mm); probed at first use. Not so for bfloat16 float
-        linears under oneDNN's AVX512_CORE kernels (no bfloat16 instructions), measured: then main
-        calls take fixed shapes, as on CUDA."""
-        if self._row_invariant is None:
-            device = self.positional_embedding.device
-            self._row_invariant = device.type in ROW_INVARIANT_DEVICES and all(
-                module.rows_for_row_invariance(self.dtype) is not None
-                for module in self.modules() if isinstance(module, Linear))
-        return self._row_invariant
+    def cache_dtype(self) -> torch.dtype:
+        return self.attention_dtype or self.dtype
 
     def setup_caches(self, batch: int, n_ctx: int) -> None:
         head_dim = self.dims.d_model // self.dims.n_text_head
         device = self.positional_embedding.device
         for block in self.blocks:
-            block.attn.kv_cache = KVCache(batch, self.dims.n_text_head, n_ctx, head_dim, self.attention_dtype, device)
+            block.attn.kv_cache = KVCache(batch, self.dims.n_text_head, n_ctx, head_dim, self.cache_dtype, device)
 
     def ensure_caches(self, batch: int, n_ctx: int) -> None:
         """Caches of this shape, reused when the last call's have it."""
@@ -478,12 +373,6 @@ class Decoder(nn.Module):
             if block.cross_attn.cross_kv is not None:
                 block.cross_attn.cross_kv = tuple(t[keep] for t in block.cross_attn.cross_kv)
 
-    def pack(self) -> None:
-        """Pack the float32 CPU linears for oneDNN (see Linear.pack)."""
-        for module in self.modules():
-            if isinstance(module, Linear):
-                module.pack()
-
     def set_cross(self, encoder_states: Tensor, main: "Decoder | None" = None, n_frames: int | None = None) -> None:
         """Cross-attention keys and values for these encoder states; blocks that share their
         projection with a main decoder layer (cross_source) take that layer's, already computed.
@@ -495,7 +384,7 @@ class Decoder(nn.Module):
                 # contiguous, as after keep_rows: one memory layout for a compiled draft step
                 block.cross_attn.cross_kv = (k[:, :, :n_frames].contiguous(), v[:, :, :n_frames].contiguous())
             else:
-                block.cross_attn.set_cross(encoder_states, self.attention_dtype)
+                block.cross_attn.set_cross(encoder_states, self.cache_dtype)
 
     def features(self, tokens: Tensor, positions: Tensor, span: int | None = None,
                  cross_scores: list | None = None) -> Tensor:
@@ -512,13 +401,12 @@ class Decoder(nn.Module):
         cache = self.blocks[0].attn.kv_cache
         kv_len = (span or cache.k.shape[2]) if cache is not None else tokens.shape[1]
         blocked = torch.arange(kv_len, device=tokens.device) > positions[:, None, :, None]
-        # the main model decoding on CPU; training, whole-sequence scoring and an assistant's drafts
-        # need no exactness across call shapes
-        row_invariant = cache is not None and span is None and self.row_invariant
+        # training, whole-sequence scoring and an assistant's drafts need no exactness across call shapes
+        exact_queries = self.exact_queries if cache is not None and span is None else None
         x = cast(self.token_embedding(tokens), self.dtype)  # an assistant may share a main embedding of another dtype
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
         for block in self.blocks:
-            x = block(x, positions, blocked, row_invariant, cross_scores)
+            x = block(x, positions, blocked, exact_queries, cross_scores)
         return self.ln(x)
 
     @property

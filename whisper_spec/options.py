@@ -42,9 +42,9 @@ class DecodingOptions:
     adaptive_draft: bool = False  # per row: +2 after a fully accepted round, -1 after a rejection
     draft_confidence: float = 0.8  # a row stops drafting for the round after a draft the assistant gives less probability
     max_draft_tokens: int = 16  # cap for the adaptive draft length
-    # on: draft every round; off: never (the assistant stays loaded); auto: draft in every round of a
-    # batch whose rows, times the audio frames the assistant reads, stay within what drafting is
-    # measured to pay for on the device and decoder precision (decoding.AUTO_MAX_DRAFT_FRAMES)
+    # on: draft every round; off: the main model alone (the assistant stays loaded, unused); auto: draft
+    # in every round of a batch whose rows, times the audio frames the assistant reads, stay within what
+    # drafting is measured to pay for on the device and decoder precision (platform.AUTO_MAX_DRAFT_FRAMES)
     speculation: str = "auto"
     seed: int = 0  # of sampling; mixed with each window's own (decoding.decode_windows)
     # openai-whisper's rules, with its defaults. A window's text fails when it compresses better than
@@ -53,7 +53,7 @@ class DecodingOptions:
     # window is silent: its <|nospeech|> probability after SOT exceeds no_speech_threshold and its
     # average log-probability does not exceed logprob_threshold (or its text still loops after every
     # temperature), and it yields no text. None: no such test.
-    # Where every temperature fails, the text kept is faster-whisper's choice (decoding.best_attempt)
+    # Where every temperature fails, the text kept is faster-whisper's choice (results.best_attempt)
     no_speech_threshold: float | None = 0.6
     logprob_threshold: float | None = -1.0
     compression_ratio_threshold: float | None = 2.4
@@ -61,8 +61,8 @@ class DecodingOptions:
     # cross-attention (timing.py), from the verified tokens, so the same with or without an assistant
     word_timestamps: bool = False
     cuda_graphs: bool = True  # on CUDA, replay decoder steps from CUDA graphs (same tokens, fewer launches)
-    # on CPU, the assistant's draft step through torch.compile: about a third cheaper than an eager
-    # one, after compiling (tens of seconds the first time, some 9 s a process after); same transcripts
+    # on CPU, the assistant's draft step through torch.compile: cheaper than an eager one once compiled
+    # (seconds a process; decisions, "Compiled drafts off by default"); same transcripts
     compile_drafts: bool = False
 
     def __post_init__(self):

@@ -7,13 +7,14 @@ Nothing here reads a checkpoint (see load.py): decoding works on these types alo
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from .model import Decoder, DraftVocabProjection, Encoder, Linear, ModelDims
+from .platform import Platform, resolve
 from .quantize import DynamicInt8Linear, Int8Linear, kernel_for, quantize_per_channel
 from .tokenizer import SpecialTokens, Tokenizer
 
@@ -44,11 +45,8 @@ class Whisper:
     alignment_heads: tuple[tuple[int, int], ...] = ()
 
 
-# Encoder frames (1 s) a distilled assistant attends past the end of the audio. The shipped
-# assistant's held-out acceptance (teacher-forced, 25 unlabeled files) is the same with margins of
-# 0 to 100 frames as with all 1500: 0.786 (0), 0.781 (25), 0.783 (50, 100), 0.783 (all). A full
-# Whisper model drafting for itself does lose acceptance without the padding (base on base: 1.0
-# -> 0.9 on one LibriSpeech clip), so other assistants attend to every frame.
+# Encoder frames (1 s) a distilled assistant attends past the end of the audio: its acceptance is the
+# same as with every frame; full models drafting attend to every frame (decisions, "Assistant frame margin")
 DISTILLED_FRAME_MARGIN = 50
 
 
@@ -58,6 +56,11 @@ class WhisperPair:
     assistant: Whisper | None
     device: torch.device
     dtype: torch.dtype
+    platform: Platform = field(init=False)  # resolved for these decoders on this device when the pair is made
+
+    def __post_init__(self):
+        self.platform = resolve(self.main.decoder, self.assistant.decoder if self.assistant is not None else None,
+                                self.device)
 
     @property
     def shares_encoder(self) -> bool:

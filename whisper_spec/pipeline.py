@@ -23,12 +23,13 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from .audio import SAMPLE_RATE, AudioError, load_audio
-from .decoding import WindowResult, decode_windows
+from .decoding import decode_windows
 from .encoding import detect_languages, pair_features
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
-from .stats import DecodingStats
+from .results import WindowResult
 from .segments import Segment, window_segments
+from .stats import DecodingStats
 from .timing import Word, word_timings
 from .vad import clamp_to_speech, padded, plan_chunks, speech_regions
 
@@ -121,7 +122,6 @@ def transcribe(
     batch_size: int = BATCH_SIZE,
     chunking: ChunkingOptions = ChunkingOptions(),
     languages: dict[str, str] | None = None,
-    use_assistant: bool = True,
     on_window=None,
     load=load_audio,
 ) -> Iterator[Transcript | Failure]:
@@ -134,26 +134,77 @@ def transcribe(
     on_window(seconds) is called as windows finish, with the seconds of the file's audio each one
     adds (a pause counted with the window after it), so they add up to the file's duration.
     load(path): the file's 16 kHz samples, raising AudioError (audio decoded elsewhere, as on Ray).
-    (One generator of ~80 lines: it keeps result order, batching across files and per-file
-    assembly in one place, its steps as inner functions.)
     """
-    paths = [str(p) for p in paths]
-    languages = dict(languages or {})
-    pending: dict[bool, list[_Window]] = {False: [], True: []}  # by timestamp mode: a batch has one
-    files: dict[int, _File] = {}
-    done: dict[int, Transcript | Failure] = {}
-    next_to_yield = 0
-    chunk = int(chunking.chunk_length * SAMPLE_RATE)
+    job = _Job(pair, [str(p) for p in paths], options, batch_size, chunking, dict(languages or {}), on_window)
+    for index, path in enumerate(job.paths):
+        try:
+            audio = load(path)
+            language = pair.main.special.language_code(job.languages.get(path, options.language))
+        except (AudioError, ValueError) as error:
+            job.done[index] = Failure(path, str(error) if isinstance(error, AudioError) else f"{path}: {error}")
+            yield from job.ready()
+            continue
+        timestamps = job.add(index, path, audio, language)
+        yield from job.ready()
+        # each result is handed on as soon as it is next in order: a later batch's failure loses none
+        while len(job.pending[timestamps]) >= batch_size:
+            job.flush(timestamps)
+            yield from job.ready()
+    for timestamps in (False, True):
+        while job.pending[timestamps]:
+            job.flush(timestamps)
+    yield from job.ready()
 
-    def flush(timestamps: bool) -> None:
-        batch = pending[timestamps][:batch_size]
-        del pending[timestamps][:batch_size]
+
+class _Job:
+    """transcribe's state: windows waiting for a batch (one per timestamp mode), files being decoded,
+    and finished results held until every earlier file's has been yielded."""
+
+    def __init__(self, pair: WhisperPair, paths: list[str], options: DecodingOptions, batch_size: int,
+                 chunking: ChunkingOptions, languages: dict[str, str], on_window):
+        self.pair, self.paths, self.options, self.batch_size = pair, paths, options, batch_size
+        self.chunking, self.languages, self.on_window = chunking, languages, on_window
+        self.chunk = int(chunking.chunk_length * SAMPLE_RATE)
+        self.pending: dict[bool, list[_Window]] = {False: [], True: []}  # by timestamp mode: a batch has one
+        self.files: dict[int, _File] = {}
+        self.done: dict[int, Transcript | Failure] = {}
+        self.next_to_yield = 0
+
+    def add(self, index: int, path: str, audio: np.ndarray, language: str | None) -> bool:
+        """Plan a readable file's windows and queue them; returns their timestamp mode."""
+        pair, options = self.pair, self.options
+        file = self.files[index] = _plan(index, path, audio, self.chunking)
+        silent = [_silent(w.audio) for w in file.windows]
+        sound = [w for w, quiet in zip(file.windows, silent) if not quiet]
+        long = len(audio) > self.chunk
+        if language is not None:
+            self.languages[path] = language
+        elif long and pair.main.special.multilingual and sound:
+            # one language for the whole file, as Whisper does: windows decoded apart could disagree
+            self.languages[path] = detect_languages(pair, pair_features(pair, [sound[0].audio])[0])[0]
+        timestamps = options.timestamps or long
+        if not file.windows:  # no speech at all
+            if self.on_window is not None:
+                self.on_window(file.duration)
+            self.done[index] = _assemble(pair, self.files.pop(index), timestamps, options.compression_ratio_threshold,
+                                         options.word_timestamps)
+        for window, quiet in zip(list(file.windows), silent):
+            if quiet:
+                self.finish(window, WindowResult([], None, False, DecodingStats(windows=1)), timestamps)
+            else:
+                self.pending[timestamps].append(window)
+        return timestamps
+
+    def flush(self, timestamps: bool) -> None:
+        """Decode the next batch of windows of this timestamp mode."""
+        pair, options = self.pair, self.options
+        batch = self.pending[timestamps][: self.batch_size]
+        del self.pending[timestamps][: self.batch_size]
         mel, assistant_mel = pair_features(pair, [w.audio for w in batch])
-        langs = [languages.get(paths[w.file], options.language) for w in batch]
+        langs = [self.languages.get(self.paths[w.file], options.language) for w in batch]
         out, _ = decode_windows(
             pair, mel, replace(options, timestamps=timestamps), assistant_mel=assistant_mel, languages=langs,
-            seeds=[zlib.crc32(np.ascontiguousarray(w.audio)) for w in batch], use_assistant=use_assistant,
-        )
+            seeds=[zlib.crc32(np.ascontiguousarray(w.audio)) for w in batch])
         if options.word_timestamps or (timestamps and any(_sparse(pair, w, r) for w, r in zip(batch, out))):
             # right after decoding: the main decoder's cross-attention still holds this batch's audio
             timed = word_timings(pair.main, [r.tokens for r in out], [r.language for r in out], options.task,
@@ -161,12 +212,13 @@ def transcribe(
             for window, words in zip(batch, timed):
                 window.words = words
         for window, result in zip(batch, out):
-            finish(window, result, timestamps)
+            self.finish(window, result, timestamps)
 
-    def finish(window: _Window, result: WindowResult, timestamps: bool) -> None:
+    def finish(self, window: _Window, result: WindowResult, timestamps: bool) -> None:
+        """Record a window's result; queue the window that continues its file, or assemble the file."""
         window.result = result
-        file = files[window.file]
-        resume = _resume_at(pair, window, file) if timestamps else None
+        file = self.files[window.file]
+        resume = _resume_at(self.pair, window, file) if timestamps else None
         if resume is not None:
             window.kept = resume / SAMPLE_RATE
         if file.chunked:
@@ -177,63 +229,26 @@ def transcribe(
                 resume = _pause_before(file, window, resume)
                 window.kept = resume / SAMPLE_RATE
             start = _speech_from(file, window.start + (len(window.audio) if resume is None else resume))
-            following = _window_at(file, window.file, start, chunk) if start < len(file.audio) else None
+            following = _window_at(file, window.file, start, self.chunk) if start < len(file.audio) else None
             window.new_seconds, file.counted = (start - file.counted) / SAMPLE_RATE, start
-        if on_window is not None:
-            on_window(window.new_seconds)
+        if self.on_window is not None:
+            self.on_window(window.new_seconds)
         if following is not None:
             file.windows.insert(file.windows.index(window) + 1, following)
-            languages.setdefault(file.path, result.language)  # what follows is in the file's language
+            self.languages.setdefault(file.path, result.language)  # what follows is in the file's language
             if _silent(following.audio):
-                finish(following, WindowResult([], None, False, DecodingStats(windows=1)), timestamps)
+                self.finish(following, WindowResult([], None, False, DecodingStats(windows=1)), timestamps)
             else:
-                pending[timestamps].append(following)
+                self.pending[timestamps].append(following)
         elif all(w.result is not None for w in file.windows):
-            done[window.file] = _assemble(pair, files.pop(window.file), timestamps, options.compression_ratio_threshold,
-                                          options.word_timestamps)
+            self.done[window.file] = _assemble(self.pair, self.files.pop(window.file), timestamps,
+                                               self.options.compression_ratio_threshold, self.options.word_timestamps)
 
-    def ready() -> Iterator[Transcript | Failure]:
-        nonlocal next_to_yield
-        while next_to_yield in done:
-            yield done.pop(next_to_yield)
-            next_to_yield += 1
-
-    for index, path in enumerate(paths):
-        try:
-            audio = load(path)
-            language = pair.main.special.language_code(languages.get(path, options.language))
-        except (AudioError, ValueError) as error:
-            done[index] = Failure(path, str(error) if isinstance(error, AudioError) else f"{path}: {error}")
-            yield from ready()
-            continue
-        file = files[index] = _plan(index, path, audio, chunking)
-        silent = [_silent(w.audio) for w in file.windows]
-        sound = [w for w, quiet in zip(file.windows, silent) if not quiet]
-        long = len(audio) > chunk
-        if language is not None:
-            languages[path] = language
-        elif long and pair.main.special.multilingual and sound:
-            # one language for the whole file, as Whisper does: windows decoded apart could disagree
-            languages[path] = detect_languages(pair, pair_features(pair, [sound[0].audio])[0])[0]
-        timestamps = options.timestamps or long
-        if not file.windows:  # no speech at all
-            if on_window is not None:
-                on_window(file.duration)
-            done[index] = _assemble(pair, files.pop(index), timestamps, options.compression_ratio_threshold,
-                                   options.word_timestamps)
-        for window, quiet in zip(list(file.windows), silent):
-            if quiet:
-                finish(window, WindowResult([], None, False, DecodingStats(windows=1)), timestamps)
-            else:
-                pending[timestamps].append(window)
-        yield from ready()
-        while len(pending[timestamps]) >= batch_size:
-            flush(timestamps)
-            yield from ready()
-    for timestamps in (False, True):
-        while pending[timestamps]:
-            flush(timestamps)
-    yield from ready()
+    def ready(self) -> Iterator[Transcript | Failure]:
+        """The finished results that are next in order."""
+        while self.next_to_yield in self.done:
+            yield self.done.pop(self.next_to_yield)
+            self.next_to_yield += 1
 
 
 def _window_at(file: _File, index: int, start: int, length: int) -> _Window:

@@ -113,13 +113,9 @@ def _probe_kernel(device_type: str, dtype: torch.dtype) -> str:
         return "dequantize"
 
 
-# ATen's fused int8 kernel computes blocks of 4 rows and shares them among threads block-row first,
-# so from 5 rows on one thread gets the first 4 rows' whole product while another does the rest:
-# base's output projection took longer for 5 rows than for 8 (7.56 against 6.59 ms, 4.24 for 4;
-# cpu_costs.json as committed in 07af8ac). Called with at most 4 rows at a time, every call shares out
-# the output channels instead. Each row's result is the same either way: the kernel computes a row
-# alike in any block (decoding's exactness rests on it already). Not on CUDA, where it only added
-# launches (main-only int8 decoding at batch 4 on an H200: 7.6 s split, 4.5 s not; README, "On a GPU").
+# ATen's fused int8 kernel shares blocks of 4 rows among threads block-row first, so from 5 rows on one
+# thread gets a whole block's product; 4 rows a call share out the output channels instead, each row's
+# result the same (decisions, "int8 kernel calls of 4 rows on CPU").
 KERNEL_ROW_BLOCK = 4
 
 
@@ -225,8 +221,8 @@ class Int8Linear(nn.Module):
     def many_rows(self, x: Tensor) -> Tensor:
         """The same product in x's dtype through a float GEMM on the dequantized weight, for inputs
         of very many rows (a window's encoder frames), where the fused kernel is compute-bound on
-        CPUs without int8 dot-product instructions (base's cross-attention keys and values: 0.12 s
-        a window against 0.07 s). Its results differ from forward's in the last bits: use it for
+        CPUs without int8 dot-product instructions (about half the time for base's cross-attention
+        keys and values). Its results differ from forward's in the last bits: use it for
         a product both decoding modes compute the same way."""
         y = _dequantize_mm(x, self.weight, self.scales.to(x.dtype))
         return y if self.bias is None else y + self.bias.to(y.dtype)
@@ -297,8 +293,7 @@ class DynamicInt8Linear(nn.Module):
     The encoder's matmuls are 1500 rows a window and compute-bound, so int8 arithmetic is what pays
     there, where the decoder's one-row steps are bound by reading weights. Per row, as
     CTranslate2's int8 encoder does: one scale for a whole window flattens its quieter frames
-    (measured on the 78 LibriSpeech clips, main-only: WER 11.65% float32, 13.81% with one scale a
-    window, 11.23% with one a frame). torch's CPU int8 GEMM takes one activation scale and zero
+    (decisions, "int8 encoder: a scale per frame"). torch's CPU int8 GEMM takes one activation scale and zero
     point a call, so each row is first divided by its largest magnitude and the product multiplied
     back by it. That scale and zero point still come from the range of the whole call, so a window's
     states depend on the call it is in: encoding.encoder_states runs a CPU encoder one window a

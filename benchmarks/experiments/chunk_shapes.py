@@ -24,9 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import long_recordings  # noqa: E402
 
 from whisper_spec.bench.metrics import word_error_rate  # noqa: E402
-from whisper_spec.load import default_precision, load_pair  # noqa: E402
+from whisper_spec.load import load_pair  # noqa: E402
 from whisper_spec.options import ChunkingOptions, DecodingOptions  # noqa: E402
 from whisper_spec.pipeline import transcribe  # noqa: E402
+from whisper_spec.platform import default_precision  # noqa: E402
 from whisper_spec.sources import default_assistant  # noqa: E402
 
 VARIANTS = {"vad": ChunkingOptions(vad=True), "seq": ChunkingOptions(vad=False)}
@@ -40,8 +41,8 @@ def main(recordings: str, variants: list[str]) -> None:
     labeled = [i for i, f in enumerate(files) if f["text"]]
     for variant in variants:
         start = time.perf_counter()
-        results = [next(transcribe(pair, [path], DecodingOptions(language=f["language"]), chunking=VARIANTS[variant],
-                                   use_assistant=False)) for path, f in zip(paths, files)]
+        results = [next(transcribe(pair, [path], DecodingOptions(language=f["language"], speculation="off"),
+                                   chunking=VARIANTS[variant])) for path, f in zip(paths, files)]
         seconds = time.perf_counter() - start
         wer = word_error_rate([files[i]["text"] for i in labeled], [results[i].text for i in labeled],
                               [files[i]["language"] for i in labeled])

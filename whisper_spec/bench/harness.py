@@ -13,10 +13,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..decoding import auto_max_draft_frames, decode_windows
-from ..encoding import detect_languages, pair_features, synchronize
+from ..decoding import decode_windows
+from ..encoding import detect_languages, pair_features
 from ..options import CHUNK_SECONDS, BenchOptions, DecodingOptions
 from ..pair import WhisperPair
+from ..platform import synchronize
 from ..stats import DecodingStats
 from .data import Utterance, batches
 from .metrics import PeakMemory
@@ -54,15 +55,15 @@ class Run:
 def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, options: BenchOptions):
     # greedy alone, as the peers decode (_GREEDY in faster_whisper_process): the speed path, like for like
     decoding = DecodingOptions(task=options.task, temperature=0.0, draft_tokens=options.draft_tokens,
-                               draft_confidence=options.draft_confidence, speculation=options.speculation,
+                               draft_confidence=options.draft_confidence,
+                               speculation=options.speculation if config.speculative else "off",
                                cuda_graphs=options.cuda_graphs, compile_drafts=config.compiled_drafts)
     tokens, texts, stats, per_utterance = [], [], DecodingStats(), []
     for rows in batches(len(utterances), config.batch_size):
         batch = [utterances[i] for i in rows]
         mel, assistant_mel = pair_features(pair, [u.audio for u in batch])
         results, batch_stats = decode_windows(pair, mel, decoding, assistant_mel=assistant_mel,
-                                              languages=[u.language for u in batch],
-                                              use_assistant=config.speculative)
+                                              languages=[u.language for u in batch])
         stats.add(batch_stats)
         tokens += [r.tokens for r in results]
         texts += [pair.main.tokenizer.decode(r.tokens) for r in results]
@@ -119,7 +120,7 @@ def run_bench(pair: WhisperPair, utterances: list[Utterance], options: BenchOpti
                 peer.close()
     report = build_report(pair, utterances, configs, runs, options, model, data or {}, languages)
     report["int8_kernel"] = int8_pair.int8_kernel if int8_pair is not None else None
-    report["auto_max_draft_frames_int8"] = auto_max_draft_frames(int8_pair.main) if int8_pair is not None else None
+    report["auto_max_draft_frames_int8"] = int8_pair.platform.auto_max_draft_frames if int8_pair is not None else None
     return report
 
 

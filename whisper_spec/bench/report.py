@@ -8,7 +8,6 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
-from ..decoding import auto_max_draft_frames
 from ..pair import decoder_precision, encoder_precision
 from ..stats import DecodingStats
 from .metrics import machine_info, word_error_rate
@@ -75,7 +74,7 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
         "int8_kernel": None,
         "options": asdict(options),
         # speculation="auto" drafts in batches of at most this many rows x assistant frames (None: every batch)
-        "auto_max_draft_frames": auto_max_draft_frames(pair.main),
+        "auto_max_draft_frames": pair.platform.auto_max_draft_frames,
         "data": {"source": None, **data, "utterances": len(utterances), "audio_seconds": sum(u.seconds for u in utterances),
                  "languages": sorted({language for language in languages})},
         "configs": results,

@@ -196,8 +196,8 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
             states = main.encoder(mel)
             main.decoder.set_cross(states)
         for timestamps in (False, True):
-            options = DecodingOptions(timestamps=timestamps, temperature=0.0)  # the greedy texts assistants draft
-            results, _ = decode_encoded(main_pair, len(batch), options, languages=languages, use_assistant=False)
+            options = DecodingOptions(timestamps=timestamps, temperature=0.0, speculation="off")  # the greedy texts assistants draft
+            results, _ = decode_encoded(main_pair, len(batch), options, languages=languages)
             languages = [r.language for r in results]
             prompts = [main.special.prompt(r.language, "transcribe", timestamps) for r in results]
             sequences = [p + r.tokens + [main.special.eot] for p, r in zip(prompts, results)]

@@ -115,6 +115,20 @@ def _cross_kv(main: Whisper, init_layers: list[int], encoder: torch.Tensor) -> l
     return out
 
 
+def _held_out_groups(held_out: list[Example], recording_of: list) -> tuple[dict, dict]:
+    """The held-out examples by language, and the groups whose acceptance training reports: overall,
+    on joined recordings' full windows, and per language where several."""
+    by_language: dict[str, list[Example]] = {}
+    for example in held_out:
+        by_language.setdefault(example.language, []).append(example)
+    by_language = dict(sorted(by_language.items()))
+    groups = {"held_out_acceptance": held_out,
+              "held_out_joined_acceptance": [e for e in held_out if len(recording_of[e.window].parts) > 1]}
+    if len(by_language) > 1:
+        groups.update({f"held_out_acceptance_{language}": group for language, group in by_language.items()})
+    return by_language, groups
+
+
 def distill(
     main_pair: WhisperPair,
     source: str | list[str],
@@ -145,16 +159,7 @@ def distill(
     if not train:
         raise ValueError(f"{', '.join(sources)}: no training windows left after holding out {options.held_out:.0%}")
     draft_languages = _draft_languages(train, held_out)
-    held_out_by_language: dict[str, list[Example]] = {}
-    for example in held_out:
-        held_out_by_language.setdefault(example.language, []).append(example)
-    held_out_by_language = dict(sorted(held_out_by_language.items()))
-    # held-out acceptance overall, on joined recordings' full windows, and per language where several
-    groups = {"held_out_acceptance": held_out,
-              "held_out_joined_acceptance": [e for e in held_out if len(recording_of[e.window].parts) > 1]}
-    if len(held_out_by_language) > 1:
-        groups.update({f"held_out_acceptance_{language}": group
-                       for language, group in held_out_by_language.items()})
+    held_out_by_language, groups = _held_out_groups(held_out, recording_of)
 
     init_layers = list(options.init_layers or spread_layers(main.dims.n_text_layer, options.layers))
     draft_vocab = choose_draft_vocab(main, train, options.draft_vocab)

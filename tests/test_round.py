@@ -1,0 +1,117 @@
+"""The speculative round's pieces, each on its own: the acceptance rules (greedy and sampling), advance
+(append, end, roll back, count, adapt) and the counter-based uniform numbers sampling draws at."""
+
+import torch
+from conftest import perturbed_decoder, random_model
+
+from whisper_spec.decoding import _context
+from whisper_spec.options import DecodingOptions
+from whisper_spec.pair import WhisperPair
+from whisper_spec.rows import LiveRows
+from whisper_spec.sampling import position_uniforms, row_seeds, sample_tokens
+from whisper_spec.speculative import accept, accept_greedy, advance, initial_state
+
+CPU = torch.device("cpu")
+
+
+def test_accept_greedy_keeps_the_agreeing_prefix_and_the_main_models_next_token():
+    target = torch.tensor([[5, 6, 7, 8],    # every draft agrees: all three kept, then the main model's 8
+                           [5, 9, 7, 8],    # the second disagrees: one kept, then the main model's 9
+                           [1, 6, 7, 8],    # the first disagrees: none kept, the main model's 1
+                           [5, 6, 7, 8]])   # agrees, but only two drafts are the row's this round
+    drafts = torch.tensor([[5, 6, 7], [5, 6, 7], [5, 6, 7], [5, 6, 7]])
+    eligible = torch.tensor([[True] * 3, [True] * 3, [True] * 3, [True, True, False]])
+    n_accepted, next_token = accept_greedy(target, drafts, eligible)
+    assert n_accepted.tolist() == [3, 1, 0, 2]
+    assert next_token.tolist() == [8, 9, 1, 7]
+
+
+def test_accept_greedy_never_keeps_a_draft_after_a_rejected_one():
+    target = torch.tensor([[5, 0, 7, 8]])
+    n_accepted, next_token = accept_greedy(target, torch.tensor([[5, 6, 7]]), torch.ones(1, 3, dtype=torch.bool))
+    assert n_accepted.tolist() == [1] and next_token.tolist() == [0]
+
+
+def test_uniform_numbers_depend_on_seed_and_position_only():
+    seeds = row_seeds(0, [3, 4], CPU)
+    positions = torch.arange(6)
+    u = position_uniforms(seeds[:, None].expand(-1, 6), positions.expand(2, -1))
+    assert ((u > 0) & (u < 1)).all()
+    assert not torch.equal(u[0], u[1])  # another window seed, other numbers
+    # the same (seed, position) gives the same number in any shape of call
+    assert torch.equal(position_uniforms(seeds[1:], positions[4:5]), u[1, 4:5])
+    assert torch.equal(row_seeds(0, [3, 4], CPU), seeds) and not torch.equal(row_seeds(1, [3, 4], CPU), seeds)
+
+
+def test_sample_tokens_inverts_the_cumulative_distribution():
+    logits = torch.log(torch.tensor([[0.2, 0.5, 0.3]])).expand(5, -1)
+    uniforms = torch.tensor([0.1, 0.2001, 0.6, 0.71, 0.99])
+    assert sample_tokens(logits, 1.0, uniforms).tolist() == [0, 1, 1, 2, 2]
+    # a token of probability 0 is never drawn, even at the edges
+    never_middle = torch.tensor([[0.0, float("-inf"), 0.0]]).expand(2, -1)
+    assert sample_tokens(never_middle, 1.0, torch.tensor([0.5, 0.5000001])).tolist() == [0, 2]
+
+
+def _round(batch=3, temperature=0.0, max_length=40, **options):
+    main = random_model(0)
+    pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), CPU, torch.float32)
+    options = DecodingOptions(speculation="on", language="en", draft_confidence=0, **options)
+    n_ctx = max_length + options.max_draft_tokens + 1
+    languages = ["en"] * batch
+    live = LiveRows([], batch, CPU, True)
+    context = _context(pair.platform, main, pair.assistant, options, temperature, [0] * batch, languages, n_ctx,
+                       max_length, CPU, live)
+    return context, initial_state(context, languages)
+
+
+def test_advance_appends_ends_rolls_back_and_counts():
+    context, state = _round(max_length=12)
+    eot, start = context.main.special.eot, context.prompt_length
+    k = 3
+    state.tokens[:, start : start + k] = torch.tensor([[10, 11, 12], [10, eot, 12], [10, 11, 12]])
+    state.assistant_cached[:] = start + k
+    round_drafts = torch.full((3,), k)
+    # row 0 keeps two drafts and the main model's 20; row 1 keeps its drafted EOT; row 2 keeps all
+    # three and 21, past max_length 12 (prompt of 4: room for 8 tokens, so it ends there too)
+    state.length[2] = 10
+    state.tokens[2, 10:13] = torch.tensor([10, 11, 12])
+    n_accepted = torch.tensor([2, 3, 3])
+    next_token = torch.tensor([20, 30, 21])
+    before = state.length.clone()
+    advance(context, state, k, round_drafts, n_accepted, next_token)
+    assert state.length.tolist() == [start + 3, start + 2, 12]
+    assert state.tokens[0, start : start + 3].tolist() == [10, 11, 20]
+    assert state.done.tolist() == [False, True, True]
+    assert state.hit_max.tolist() == [False, False, True]
+    # caches roll back to what was kept: the main model's to the last kept draft, the assistant's too
+    assert state.main_cached.tolist() == (before + n_accepted).tolist()
+    assert state.assistant_cached.tolist() == [start + 2, start + 3, start + 3]
+    drafted, accepted, generated = state.counts[:, 0], state.counts[:, 1], state.counts[:, 2]
+    # drafts past a row's end (its EOT, or max_length) are not counted as drafted
+    assert drafted.tolist() == [3, 2, 2] and accepted.tolist() == [2, 2, 2] and generated.tolist() == [3, 2, 2]
+    assert state.by_position[0, 0].tolist() == [1, 1, 1] + [0] * (context.max_draft - 3)
+    # a finished row takes no part in later rounds: nothing appended, nothing counted
+    counts = state.counts.clone()
+    advance(context, state, k, round_drafts, n_accepted, next_token)
+    assert state.length[1:].tolist() == [start + 2, 12] and torch.equal(state.counts[1:], counts[1:])
+
+
+def test_adaptive_draft_length_grows_after_full_acceptance_and_shrinks_after_a_rejection():
+    context, state = _round(adaptive_draft=True, draft_tokens=2, max_draft_tokens=5)
+    state.tokens[:, context.prompt_length : context.prompt_length + 5] = 10  # drafts, none of them EOT
+    state.draft_length[:] = torch.tensor([2, 2, 4])
+    round_drafts = state.draft_length.clone()
+    advance(context, state, 4, round_drafts, torch.tensor([2, 0, 4]), torch.tensor([20, 21, 22]))
+    assert state.draft_length.tolist() == [4, 1, 5]  # +2, -1, +2 capped at max_draft_tokens
+
+
+def test_sampling_accepts_a_draft_where_it_is_the_main_models_own_draw():
+    context, state = _round(batch=2, temperature=1.0)
+    start, k, vocab = context.prompt_length, 2, context.main.dims.n_vocab
+    # the main model's distributions: certain of 7 at the first position, of 9 at the second and third
+    logits = torch.full((2, k + 1, vocab), -30.0)
+    logits[:, 0, 7] = logits[:, 1, 9] = logits[:, 2, 9] = 30.0
+    state.tokens[:, start : start + k] = torch.tensor([[7, 9], [7, 8]])
+    scored = torch.ones(2, k + 1, dtype=torch.bool)
+    n_accepted, next_token = accept(context, state, k, torch.full((2,), k), logits.flatten(0, 1), scored)
+    assert n_accepted.tolist() == [2, 1] and next_token.tolist() == [9, 9]

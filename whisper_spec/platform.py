@@ -1,0 +1,239 @@
+"""What the device and this CPU decide, in one place.
+
+Kernels, their exactness and the measured policies differ by device kind and CPU instruction set.
+Everything that tells them apart lives here: the loaders' defaults (decoder and encoder precision),
+how modules are prepared for a device (packed weights, attention dtype, one encoder window a
+call), the probes of which kernels compute a decoder position alike however many positions share a
+call, and a `Platform` record resolved once per loaded pair that decoding reads. model.py,
+decoding.py and encoding.py ask the record or the settings it put on the modules; none of them
+tests the device itself. The reasons and figures behind each choice: docs/decisions.md.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .model import Decoder, Encoder, Linear, attend, padded_rows
+from .quantize import Int8Linear, dynamic_int8_available, kernel_for
+
+# the row counts a call may be padded to, in the probes of row invariance
+PROBED_ROW_COUNTS = (1, 2, 4, 8, 16)
+
+# speculation="auto": the most rows x assistant frames of a batch whose rounds draft, by device kind
+# and main decoder precision ("float" or "int8"); a pair not listed always drafts. Decisions, "Automatic
+# speculation limit".
+AUTO_MAX_DRAFT_FRAMES: dict[tuple[str, str], int] = {("cpu-amx", "int8"): 3 * 1500}
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so a timer read after it measures that work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def check_device(device: torch.device) -> None:
+    """A device torch can use, else a one-line error."""
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device} asked for, but torch sees no CUDA device")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {device} asked for, but torch sees {torch.cuda.device_count()} CUDA device(s)")
+
+
+def cpu_has_amx() -> bool:
+    """Whether this CPU has AMX tiles (oneDNN's bfloat16 and int8 matrix units, Xeon Sapphire Rapids on)."""
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return bool(probe and probe())
+
+
+def device_kind(device: torch.device) -> str:
+    """The device's type, "cpu-amx" for a CPU with AMX tiles, whose kernels and measured policies differ."""
+    return "cpu-amx" if device.type == "cpu" and cpu_has_amx() else device.type
+
+
+# ---------------------------------------------------------------------------- loaders' defaults
+
+
+def cpu_int8_dtype() -> str | None:
+    """The activation dtype int8 decoders run fastest with on this CPU: bfloat16 where aten's fused
+    int8-weight kernel runs, else float32 where the row-int8 kernel does (quantize.row_int8_mm);
+    None where neither. Decisions, "int8 decoders' activations"."""
+    if kernel_for("cpu", torch.bfloat16) == "int8pack_mm":
+        return "bfloat16"
+    return "float32" if kernel_for("cpu", torch.float32) == "row_int8" else None
+
+
+def default_int8(device: torch.device) -> bool:
+    """Whether decoders' linears go int8 when not told: on CPU wherever a fast int8 kernel runs
+    (cpu_int8_dtype); elsewhere float, as int8 weights save GPU memory, not time. Decisions, "int8
+    decoders by default on CPU"."""
+    return device.type == "cpu" and cpu_int8_dtype() is not None
+
+
+def default_precision(device: torch.device, int8: bool | None = None, dtype: str | None = None) -> tuple[bool, str]:
+    """int8 decoders and the activation dtype as the command line loads them, where not given:
+    int8 per default_int8; float16 on CUDA; on CPU cpu_int8_dtype with int8 decoders, else float32."""
+    if int8 is None:
+        int8 = default_int8(device)
+    if device.type == "cuda":
+        return int8, dtype or "float16"
+    return int8, dtype or ((cpu_int8_dtype() or "bfloat16") if int8 else "float32")
+
+
+def default_encoder_precision(device: torch.device, dtype: torch.dtype) -> str:
+    """The encoder's precision where the caller does not say: on CPU bfloat16 where the CPU has AMX,
+    else int8 linears where DynamicInt8Linear runs, else float32; elsewhere the activation dtype.
+    Decisions, "Encoder precision by CPU"."""
+    if device.type != "cpu":
+        return str(dtype).removeprefix("torch.")
+    if cpu_has_amx():
+        return "bfloat16"
+    return "int8" if dynamic_int8_available() else "float32"
+
+
+def dynamic_int8_runs(device: torch.device) -> bool:
+    """Whether int8 encoder linears (DynamicInt8Linear, oneDNN's CPU GEMM) run on this device."""
+    return device.type == "cpu" and dynamic_int8_available()
+
+
+def int8_assistant_in_bfloat16(device: torch.device) -> bool:
+    """Whether an int8 assistant of a float32 main model computes in bfloat16: wherever aten's fused
+    int8-weight kernel, the fastest for one-row steps, runs (load.assistant_precision)."""
+    return device.type != "cpu" or kernel_for("cpu", torch.bfloat16) == "int8pack_mm"
+
+
+# ---------------------------------------------------------------------------- modules for a device
+
+
+def onednn_packed(weight: Tensor) -> Tensor | None:
+    """oneDNN's blocked copy of a float32 CPU weight, None where oneDNN does not run. Packed for 16
+    rows, its kernel computes every row alike whatever the row count, which F.linear's float32
+    kernels do not, and is faster at decoding's row counts (decisions, "Packed float32 linears")."""
+    if weight.device.type != "cpu" or weight.dtype != torch.float32 or weight.is_meta:
+        return None
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 16)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def prepare(module: nn.Module, device: torch.device) -> None:
+    """Set a loaded encoder's or decoder's modules up for the device: a decoder's float32 CPU
+    linears packed for oneDNN and its keys and values in float32 on CPU (whose half-precision
+    batched matmuls are unvectorised), a CPU encoder run one window a call. Idempotent; a packed
+    copy does not follow later changes to its weight."""
+    cpu = device.type == "cpu"
+    for part in module.modules():
+        if isinstance(part, Decoder):
+            for linear in part.modules():
+                if isinstance(linear, Linear) and linear.packed is None:
+                    linear.packed = onednn_packed(linear.weight)
+            part.attention_dtype = torch.float32 if cpu else None
+        elif isinstance(part, Encoder):
+            # batched passes page-fault their large activations, and a window's states would depend on
+            # its batch (decisions, "One encoder window a call on CPU")
+            part.one_window_a_call = cpu
+
+
+# ---------------------------------------------------------------------------- row invariance
+
+
+def _rows_alike(product, x: Tensor, min_rows: int) -> bool:
+    """Whether product(rows, min_rows) gives each of x's rows (dim -2) the result it gives that row
+    alone, bit for bit, whatever rows share the call: x is cut into calls of 2, 3, 4, 5, 9 and 17 rows."""
+    alone = torch.cat([product(row, min_rows) for row in x.split(1, dim=-2)], dim=-2)
+    return all(torch.equal(torch.cat([product(rows, min_rows) for rows in x.split(count, dim=-2)], dim=-2), alone)
+               for count in (2, 3, 4, 5, 9, 17))
+
+
+def fewest_rows_alike(product, x: Tensor) -> int | None:
+    """The fewest rows (of PROBED_ROW_COUNTS) that padding every call to makes product(rows,
+    min_rows) compute each row alike whatever the row count, None where none does. Measured, not
+    assumed: GEMM libraries pick micro-kernels and summation orders by row count, differently
+    between instruction sets."""
+    return next((min_rows for min_rows in PROBED_ROW_COUNTS if _rows_alike(product, x, min_rows)), None)
+
+
+_LINEAR_ROWS: dict[tuple, int | None] = {}  # linear_rows' answers
+
+
+def linear_rows(linear: Linear, dtype: torch.dtype) -> int | None:
+    """The fewest rows from which this linear's kernel computes every row alike, probed once per
+    shape, dtype, kernel and thread count. Int8 kernels compute rows alike at any count
+    (quantize.int8pack_mm): not probed."""
+    if not isinstance(linear, Linear):
+        return 1
+    key = (linear.in_features, linear.out_features, dtype, linear.bias is not None,
+           linear.packed is not None and dtype == torch.float32, torch.get_num_threads())
+    if key not in _LINEAR_ROWS:
+        # a half-precision result hides most differences in the float32 sums behind its rounding
+        # (one element in thousands shows one): enough rows that ~2^18 elements are compared
+        n_rows = 18 if dtype == torch.float32 else max(18, -(-2**18 // linear.out_features))
+        generator = torch.Generator().manual_seed(0)
+        x = torch.randn(n_rows, linear.in_features, generator=generator).to(device=linear.weight.device, dtype=dtype)
+        with torch.no_grad():
+            _LINEAR_ROWS[key] = fewest_rows_alike(lambda rows, min_rows: padded_rows(linear.product, rows, min_rows), x)
+    return _LINEAR_ROWS[key]
+
+
+@functools.cache
+def query_rows() -> int:
+    """The fewest query rows from which this CPU's float32 batched matmuls compute every row alike
+    whatever the row count; 0 where none up to 16 does (attention then goes a query at a time).
+    Probed on the attention's shapes in a one-window step (8 heads of 64, a window of keys, base's
+    cache), with this process's threads."""
+    generator = torch.Generator().manual_seed(0)
+    queries = torch.randn(8, 18, 64, generator=generator)
+    keys_values = [torch.randn(2, 8, n_keys, 64, generator=generator) for n_keys in (465, 1500)]
+    rows = fewest_rows_alike(lambda q, min_queries: torch.cat(
+        [attend(q, k, v, None, min_queries) for k, v in keys_values], dim=-1), queries)
+    return rows or 0
+
+
+def make_row_invariant(decoder: Decoder, device: torch.device) -> bool:
+    """Where a decoder position's result can be made not to depend on how many positions and rows
+    share a call (CPU: each linear padded to the rows its kernel needs, attention's queries padded),
+    set the decoder up so and say True. Elsewhere (cuBLAS and fused kernels choose algorithms by
+    shape), or where a linear's probe finds no padding (bfloat16 float linears under oneDNN's
+    AVX512_CORE kernels), False: decoding gives every main call one shape."""
+    if device.type != "cpu":
+        return False
+    linears = [m for m in decoder.modules() if isinstance(m, (Linear, Int8Linear))]
+    rows = [linear_rows(linear, decoder.dtype) for linear in linears]
+    if any(n is None for n in rows):
+        return False
+    for linear, n in zip(linears, rows):
+        if isinstance(linear, Linear):
+            linear.pad_rows = n
+    decoder.exact_queries = query_rows()
+    return True
+
+
+# ---------------------------------------------------------------------------- the record
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What decoding a pair on its device does differently, resolved once when the pair is made."""
+
+    kind: str  # device_kind: what measured policies are keyed on
+    row_invariant: bool  # main calls of any shape give a position the same logits (else: fixed-width calls)
+    cuda_graphs: bool  # decoder steps can be replayed from CUDA graphs
+    compiles_drafts: bool  # where DecodingOptions.compile_drafts applies (CPU: fuses the one-row draft step)
+    assistant_skips_padding: bool  # an assistant attends to the audio's frames only (not on GPUs: one graph shape)
+    auto_max_draft_frames: int | None  # speculation="auto": rows x assistant frames that still draft; None: no limit
+
+
+def resolve(main: Decoder, assistant: Decoder | None, device: torch.device) -> Platform:
+    """Prepare the pair's decoders for the device and probe the main decoder's row invariance."""
+    for decoder in (main, assistant):
+        if decoder is not None:
+            prepare(decoder, device)
+    kind = device_kind(device)
+    precision = "int8" if isinstance(main.blocks[0].mlp.fc1, Int8Linear) else "float"
+    return Platform(kind=kind, row_invariant=make_row_invariant(main, device), cuda_graphs=device.type == "cuda",
+                    compiles_drafts=device.type == "cpu", assistant_skips_padding=device.type == "cpu",
+                    auto_max_draft_frames=AUTO_MAX_DRAFT_FRAMES.get((kind, precision)))

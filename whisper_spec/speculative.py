@@ -1,0 +1,307 @@
+"""One speculative round, as small functions over a batch's fixed context and per-row state.
+
+Per round: the assistant drafts up to k tokens per row (draft), the main decoder scores the row's
+last accepted token plus all drafts in one pass (verify), and each row keeps its own longest
+accepted prefix plus the main model's next token (accept, advance). Rows never wait for each
+other: every row has its own length, its own positions and (through the position-masked static
+cache) its own rollback. Greedy: a draft is accepted when it equals the main model's argmax, so the
+output is the main model's own greedy output token for token. Sampling: the token at each position
+is the main model's draw at a uniform number fixed by the window's seed and the position
+(sampling.py), and a draft is accepted when it equals it. Without an assistant (k = 0) a round is
+one main-model step, so both modes share every rule.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .graphs import step_graphs
+from .options import DecodingOptions
+from .pair import Whisper
+from .rows import LiveRows
+from .rules import LogitRules
+from .sampling import position_uniforms, sample_tokens
+from .stats import DecodingStats
+
+# Where the main decoder's kernels are not row-invariant (Platform.row_invariant) every main
+# decoder call has the same shape in both modes, so a position's logits cannot depend on the mode:
+# the prompt is prefilled alone, each round's window is right-padded to the widest round either mode
+# can have (the padding lies past the row's end, where the cache holds stale drafts anyway), every
+# row stays in the batch, and the projection and rules run on every position of the window.
+# The assistant's calls, which need not be exact, are padded to this width only for CUDA graphs.
+ASSISTANT_WIDTH = 2
+
+
+def _window(tokens: Tensor, start: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """Each row's tokens at positions start .. start + width - 1, and those positions."""
+    positions = start[:, None] + torch.arange(width, device=tokens.device)
+    return tokens.gather(1, positions), positions
+
+
+def accept_greedy(target: Tensor, drafts: Tensor, eligible: Tensor) -> tuple[Tensor, Tensor]:
+    """Per row: how many drafts equal the main model's argmax in a row, and the main model's
+    token after them. target: [batch, k + 1] the main model's argmax (of processed logits);
+    drafts, eligible: [batch, k]."""
+    agree = (drafts == target[:, : drafts.shape[1]]) & eligible
+    n_accepted = agree.long().cumprod(dim=1).sum(dim=1)
+    return n_accepted, target.gather(1, n_accepted[:, None])[:, 0]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What stays fixed while a batch decodes."""
+
+    main: Whisper
+    assistant: Whisper | None
+    options: DecodingOptions
+    rules: LogitRules
+    draft_rules: LogitRules  # on the assistant's draft vocabulary, where it has one
+    temperature: float  # 0: greedy
+    seeds: Tensor  # per row, what sampling's uniform numbers derive from (position_uniforms)
+    prompt_length: int
+    n_ctx: int  # decoder cache positions
+    max_length: int
+    max_draft: int
+    drafts: bool  # the assistant drafts in every round (speculation on, or auto where it pays)
+    fixed_width: int | None  # every main decoder call this many positions wide; None: row-invariant kernels
+    graphs: bool  # decoder steps replayed from CUDA graphs
+    draft_logits: object  # draft_logits itself, or compiled (DecodingOptions.compile_drafts)
+    live: LiveRows
+    judges_silence: bool  # the no-speech rule is on (DecodingOptions.no_speech_threshold)
+    judges_text: bool  # every row's average log-probability is needed (a later temperature may follow)
+
+
+@dataclass
+class State:
+    """Per-row decoding state: each row has its own length, cache extents and draft length."""
+
+    tokens: Tensor  # [batch, n_ctx + 1]: prompt, accepted tokens, then the round's drafts
+    length: Tensor  # accepted tokens, prompt included
+    main_cached: Tensor  # positions below this hold valid main keys and values
+    assistant_cached: Tensor
+    drafting: Tensor  # the assistant drafts for the row's language; other rows are the main model's alone
+    draft_length: Tensor  # drafts per round
+    done: Tensor
+    hit_max: Tensor  # stopped by max_length rather than EOT
+    counts: Tensor  # [batch, 5]: drafted, accepted, generated, main and assistant forwards
+    by_position: Tensor  # [2, batch, max_draft]: drafted and accepted at each draft position
+    # [batch, n_ctx + 1]: the main model's log-probability of each accepted token, by position
+    # (sums_logprobs), summed once at the end so that both modes add them in one order
+    logprobs: Tensor
+    no_speech: Tensor | None = None  # each row's probability of <|nospeech|> after SOT (judges_silence)
+    sums_logprobs: bool = False  # a row may be judged silent: sum its tokens' log-probabilities
+
+
+def initial_state(context: Context, languages: list[str]) -> State:
+    main, assistant, options = context.main, context.assistant, context.options
+    batch, device = len(languages), main.decoder.positional_embedding.device
+    prompts = [main.special.prompt(language, options.task, options.timestamps) for language in languages]
+    tokens = torch.full((batch, context.n_ctx + 1), main.special.eot, dtype=torch.long, device=device)
+    tokens[:, : context.prompt_length] = torch.tensor(prompts, device=device)
+    length = torch.full((batch,), context.prompt_length, device=device)
+    # rows in a language the assistant was not trained for would reject nearly every draft
+    drafting = torch.tensor([assistant is not None and (assistant.draft_languages is None
+                                                        or language in assistant.draft_languages)
+                             for language in languages], device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    return State(tokens, length, torch.zeros_like(length), torch.zeros_like(length),
+                  drafting, torch.where(drafting, options.draft_tokens, 0), done, torch.zeros_like(done),
+                  torch.zeros(batch, 5, dtype=torch.long, device=device),
+                  torch.zeros(2, batch, context.max_draft, dtype=torch.long, device=device),
+                  torch.zeros(tokens.shape, device=device), sums_logprobs=context.judges_text)
+
+
+def speculative_decode(context: Context, state: State, stats: DecodingStats) -> None:
+    """Rounds of draft, verify, accept and advance until every row has ended. Without an
+    assistant (k = 0) a round is one main-model step, so both modes share every rule."""
+    if context.fixed_width is not None:
+        prefill(context, state, stats)
+    while not bool(state.done.all()):
+        active = ~state.done
+        context.live.keep(active)
+        k = int(state.draft_length[active].max()) if context.drafts else 0
+        round_drafts, k = draft(context, state, k, stats)
+        logits, scored = verify(context, state, k, round_drafts, stats)
+        n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored)
+        logprobs = token_logprobs(state, k, logits, scored, n_accepted, next_token) if state.sums_logprobs else None
+        advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
+
+
+def prefill(context: Context, state: State, stats: DecodingStats) -> None:
+    """The main model's keys and values of the prompt but its last token, in a call of its own, so
+    that every later main call has the same width (fixed shapes)."""
+    n_prefill = context.prompt_length - 1
+    if n_prefill > 0:
+        positions = torch.arange(n_prefill, device=state.tokens.device).expand(len(state.tokens), -1)
+        hidden = context.main.decoder.features(state.tokens[:, :n_prefill], positions)
+        if context.judges_silence and state.no_speech is None:
+            read_no_speech(context, state, context.main.decoder.logits(hidden[:, 0]))
+        state.main_cached[:] = n_prefill
+        stats.main_forwards += 1
+
+
+def read_no_speech(context: Context, state: State, after_sot: Tensor) -> None:
+    """Each row's no-speech probability from the main model's logits after SOT (its first call's,
+    or language detection's), and whether a row may be judged silent."""
+    options = context.options
+    state.no_speech = torch.softmax(after_sot, dim=-1)[:, context.main.special.no_speech]
+    state.sums_logprobs = context.judges_text or (options.logprob_threshold is not None
+                                                  and bool((state.no_speech > options.no_speech_threshold).any()))
+
+
+def _window_logits(context: Context, decoder, window: Tensor, positions: Tensor, compact: bool) -> Tensor:
+    """Logits at every position of the window, [batch, width, vocab] (compact: the draft
+    vocabulary's columns), replayed from a CUDA graph where enabled."""
+    def step(window: Tensor, positions: Tensor) -> Tensor:
+        return decoder.logits(decoder.features(window, positions), compact=compact)
+
+    if context.graphs:
+        return step_graphs(decoder)("compact" if compact else "full", step, window, positions)
+    return step(window, positions)
+
+
+def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple[Tensor, int]:
+    """Up to k drafts per row from the assistant, written after the row's accepted tokens; in
+    sampling, drawn at the uniform numbers the main model's tokens will be (sample_tokens).
+
+    A row unsure of a draft stops there: its later drafts would mostly be rejected, yet cost a
+    step and a verified position. Returns each row's drafts this round and the round's k (lower
+    when every row stopped)."""
+    assistant, options, tokens = context.assistant, context.options, state.tokens
+    active = ~state.done
+    rows = torch.arange(len(tokens), device=tokens.device)
+    draft_vocab = assistant.decoder.draft_vocab if assistant is not None else None
+    round_drafts = state.draft_length.clamp(max=k)
+    for j in range(k):
+        current = state.length + j
+        width = int((current - state.assistant_cached)[active].max())
+        # with CUDA graphs: one shape for most steps, the whole cache attended
+        window, positions = _window(tokens, (current - width).clamp(min=0),
+                                    max(width, ASSISTANT_WIDTH) if context.graphs else width)
+        if context.graphs:
+            logits = _window_logits(context, assistant.decoder, window, positions, compact=True)[:, width - 1]
+        else:
+            # the assistant attends to the positions in use only, not the whole cache
+            span = min(int(current.max()) + 1, context.n_ctx)
+            logits = context.live.call(functools.partial(context.draft_logits, assistant.decoder), window,
+                                       positions, span)
+        logits = context.draft_rules(logits, tokens, current)
+        state.assistant_cached = current.clone()
+        if context.temperature == 0:
+            choice = logits.argmax(dim=-1)
+        else:
+            choice = sample_tokens(logits, context.temperature, position_uniforms(context.seeds, current))
+        tokens[rows, current] = choice if draft_vocab is None else draft_vocab[choice]
+        stats.assistant_forwards += 1
+        if options.draft_confidence > 0:
+            confidence = torch.softmax(logits / (context.temperature or 1.0), dim=-1).gather(1, choice[:, None])[:, 0]
+            round_drafts = torch.where(confidence < options.draft_confidence,
+                                       round_drafts.clamp(max=j + 1), round_drafts)
+            if not bool((round_drafts[active] > j + 1).any()):
+                return round_drafts, j + 1
+    return round_drafts, k
+
+
+def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: DecodingStats
+           ) -> tuple[Tensor, Tensor]:
+    """The main decoder scores each row's last accepted token and every draft in one pass.
+    Returns the processed logits only where the round can end, [n_scored, vocab]: each active
+    row's drafts and the position after them (scored, [batch, k + 1])."""
+    tokens, length, decoder = state.tokens, state.length, context.main.decoder
+    active = ~state.done
+    steps = torch.arange(k + 1, device=tokens.device)
+    needed = int((length - state.main_cached)[active].max()) + k
+    width = max(needed, context.fixed_width or 0)
+    window, positions = _window(tokens, (length + k - needed).clamp(min=0), width)
+    scored = (steps <= round_drafts[:, None]) & active[:, None]
+    stats.main_forwards += 1
+    if context.fixed_width is None:
+        features = context.live.call(decoder.features, window, positions)
+        hidden = features[:, needed - k - 1 : needed][scored]
+        # the first round's window starts at SOT: its logits there in the same product, rather than
+        # a main call of their own (row-invariant: as a one-token step would give them)
+        first = context.judges_silence and state.no_speech is None
+        logits = decoder.logits(torch.cat([hidden, features[:, 0]]) if first else hidden)
+        if first:
+            read_no_speech(context, state, logits[len(hidden):])
+            logits = logits[: len(hidden)]
+        flat = scored.view(-1)
+        logits = context.rules(logits, tokens.repeat_interleave(k + 1, dim=0)[flat],
+                               (length[:, None] + steps).view(-1)[flat])
+        return logits, scored
+    logits = _window_logits(context, decoder, window, positions, compact=False)
+    # each position's logits are for the token after it
+    logits = context.rules(logits.flatten(0, 1), tokens.repeat_interleave(width, dim=0), (positions + 1).view(-1))
+    return logits.view(len(tokens), width, -1)[:, needed - k - 1 : needed][scored], scored
+
+
+def accept(context: Context, state: State, k: int, round_drafts: Tensor, logits: Tensor, scored: Tensor
+           ) -> tuple[Tensor, Tensor]:
+    """Per row: how many drafts are kept, and the main model's token after them: its argmax, or in
+    sampling its draw at the position's uniform number (sample_tokens)."""
+    steps = torch.arange(k + 1, device=logits.device)
+    positions = state.length[:, None] + steps
+    drafts = state.tokens.gather(1, positions[:, :k])
+    eligible = steps[:k] < round_drafts[:, None]
+    target = torch.full((len(state.tokens), k + 1), context.main.special.eot, device=logits.device)
+    if context.temperature == 0:
+        target[scored] = logits.argmax(dim=-1)
+    else:
+        uniforms = position_uniforms(context.seeds[:, None].expand_as(positions)[scored], positions[scored])
+        target[scored] = sample_tokens(logits, context.temperature, uniforms)
+    return accept_greedy(target, drafts, eligible)
+
+
+def token_logprobs(state: State, k: int, logits: Tensor, scored: Tensor, n_accepted: Tensor, next_token: Tensor
+                   ) -> Tensor:
+    """[batch, k + 1]: the main model's log-probability (of its processed logits, as openai-whisper
+    sums them) of each token the round keeps: the accepted drafts, then the next token."""
+    steps = torch.arange(k + 1, device=logits.device)
+    kept = state.tokens.gather(1, state.length[:, None] + steps).scatter(1, n_accepted[:, None], next_token[:, None])
+    keeps = scored & (steps <= n_accepted[:, None])  # the rejected drafts' rows are not normalised
+    logprobs = torch.zeros(scored.shape, device=logits.device)
+    logprobs[keeps] = torch.log_softmax(logits[keeps[scored]], dim=-1).gather(1, kept[keeps][:, None])[:, 0]
+    return logprobs
+
+
+def advance(context: Context, state: State, k: int, round_drafts: Tensor, n_accepted: Tensor,
+            next_token: Tensor, adapt: bool = True, logprobs: Tensor | None = None) -> None:
+    """Append each row's kept drafts and next token, end rows at EOT or max_length, roll the
+    cache extents back to what was kept, count, (logprobs: token_logprobs) record the kept tokens'
+    log-probabilities, and (adapt: after a round that drafted) adapt the draft lengths."""
+    tokens, length, eot = state.tokens, state.length, context.main.special.eot
+    active = ~state.done
+    steps = torch.arange(k + 1, device=tokens.device)
+    tokens[torch.arange(len(tokens), device=tokens.device), length + n_accepted] = next_token
+    new = n_accepted + 1
+    is_eot = (tokens.gather(1, length[:, None] + steps) == eot) & (steps < new[:, None])
+    ended = is_eot.any(dim=1)
+    new = torch.where(ended, is_eot.long().argmax(dim=1) + 1, new)
+    new = torch.where(active, torch.minimum(new, context.max_length - length), 0)
+
+    # drafts past a row's end (EOT or max length) are not counted as drafted
+    finishing = ended | (length + new >= context.max_length)
+    drafted = torch.where(finishing, torch.minimum(round_drafts, new), round_drafts) * active
+    accepted = torch.minimum(n_accepted, drafted)
+    state.counts += torch.stack([drafted, accepted, new, active.long(), k * active.long()], dim=1)
+    state.by_position[0, :, :k] += drafted[:, None] > steps[:k]
+    state.by_position[1, :, :k] += accepted[:, None] > steps[:k]
+    if logprobs is not None:  # positions past the row's new end get zeros, overwritten by later rounds
+        # where, not a product: a rejected draft the rules forbid has log-probability -inf, and -inf * 0 is nan
+        state.logprobs.scatter_(1, length[:, None] + steps, torch.where(steps < new[:, None], logprobs, 0.0))
+
+    state.main_cached = torch.where(active, length + n_accepted, state.main_cached)
+    state.assistant_cached = torch.minimum(state.assistant_cached, length + n_accepted)
+    state.length = length + new
+    state.hit_max |= active & ~ended & (state.length >= context.max_length)
+    state.done |= ended | (state.length >= context.max_length)
+    if adapt and context.options.adaptive_draft and context.assistant is not None:
+        grown = torch.where(n_accepted >= round_drafts, state.draft_length + 2, (state.draft_length - 1).clamp(min=1))
+        state.draft_length = torch.where(active & state.drafting, grown.clamp(max=context.max_draft),
+                                         state.draft_length)
+
+
