@@ -53,6 +53,7 @@ def test_shipped_assistant_is_small_and_shares_with_base(shipped):
     assert pair.main.decoder.dtype == torch.float32
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [1, 4])
 def test_shipped_assistant_is_exact_and_accepted(shipped, batch_size):
     _, pair = shipped
@@ -69,6 +70,7 @@ def test_shipped_assistant_is_exact_and_accepted(shipped, batch_size):
     assert accepted / drafted > 0.6  # an untrained two-layer assistant accepts about 0.01
 
 
+@pytest.mark.slow
 def test_compiled_drafts_keep_the_transcript_and_the_acceptance(shipped):
     """torch.compile'd draft steps, in batches whose rows finish one by one (a batch of 4, then of
     fewer, then of 1: shapes the compiled graphs must cover): the main model's own transcript, and
@@ -103,6 +105,7 @@ def test_drafts_fall_back_to_eager_where_compilation_fails(shipped, monkeypatch)
     assert [r.tokens for r in fallen_back] == [r.tokens for r in alone] and stats.accepted > 0
 
 
+@pytest.mark.slow
 def test_shipped_assistant_drafts_only_for_its_languages_and_is_exact_in_all(shipped):
     _, pair = shipped
     assert pair.assistant.draft_languages == TRAINED
@@ -119,6 +122,7 @@ def test_shipped_assistant_drafts_only_for_its_languages_and_is_exact_in_all(shi
                                                            for r in alone]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("language", ["de", "es", "fr", "pt"])
 def test_shipped_assistant_pays_in_each_language_it_was_trained_for(shipped, language):
     """Real FLEURS speech (never trained on), the language detected: exact, and drafts accepted."""

@@ -31,6 +31,7 @@ def pair(base_pair):
                        base_pair.dtype)
 
 
+@pytest.mark.slow
 def test_batch_job_resumes_and_records_failures(pair, tmp_path):
     by_set = {name: [r for r in manifest() if r["set"] == name]
               for name in ("fleurs_es", "librispeech", "thorsten_de", "dutch_vl_tts", "mls_polish")}

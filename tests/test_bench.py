@@ -52,6 +52,7 @@ def utterances():
     return load_utterances(MANIFEST, sets=["librispeech"], limit=2) + load_utterances(MANIFEST, sets=["thorsten_de"], limit=1)
 
 
+@pytest.mark.slow
 def test_report_has_every_documented_field_and_passes_the_check(pair, utterances, tmp_path, capfd):
     report = run_bench(pair, utterances, BenchOptions(batch_sizes=(1, 2), repeats=1, peers=("transformers", "faster-whisper")),
                        progress=False)
@@ -87,6 +88,7 @@ def test_report_has_every_documented_field_and_passes_the_check(pair, utterances
     assert "| speculative b1 |" in paths[1].read_text()
 
 
+@pytest.mark.slow
 def test_exactness_check_fails_when_an_output_is_altered(pair, utterances, monkeypatch):
     run_ours = harness._run_ours
 
@@ -127,6 +129,7 @@ def test_configurations_take_turns_in_a_shuffled_order():
     assert all(parts[name].tokens == [[i] for i in range(8)] for name in "abcd")
 
 
+@pytest.mark.slow
 def test_faster_whisper_writes_a_long_recording_at_batch_1_and_4(pair):
     """The long-form peer of benchmarks/longform.py: its sequential transcribe (batch 1) and its
     batched pipeline, which cuts at pauses (batch 4), each write the whole recording."""
@@ -138,6 +141,7 @@ def test_faster_whisper_writes_a_long_recording_at_batch_1_and_4(pair):
         assert word_error_rate([row["text"]], [text], ["en"]) < 0.15, (batch, text)
 
 
+@pytest.mark.slow
 def test_faster_whisper_runs_in_a_process_of_its_own(pair, utterances):
     """CTranslate2 computing in the benchmark's process slows torch there (faster_whisper_process):
     the peer transcribes in a child process, and this process gains no CTranslate2 threads."""
@@ -154,6 +158,7 @@ def test_faster_whisper_runs_in_a_process_of_its_own(pair, utterances):
     assert not peer._process.is_alive()
 
 
+@pytest.mark.slow
 def test_compiled_drafts_are_timed_as_configurations_of_their_own(pair, utterances):
     """Float32 and int8 drafts alike (the int8 decoders' step compiles around the fused int8 kernel)."""
     options = BenchOptions(batch_sizes=(1,), repeats=1, peers=(), compile_drafts=True, int8=True)
@@ -170,6 +175,7 @@ def test_compiled_drafts_are_timed_as_configurations_of_their_own(pair, utteranc
     assert report["options"]["compile_drafts"] and report["check"]["passed"]
 
 
+@pytest.mark.slow
 def test_bench_cli_writes_report_table_and_plots(tmp_path, capsys):
     code = cli(["bench", MANIFEST, "--set", "dutch_vl_tts", "--limit", "2", "--batch-sizes", "2", "--repeats", "1",
                 "--peers", "none", "--int8", "--output-dir", str(tmp_path), "--quiet"])
@@ -198,6 +204,7 @@ def test_bench_says_at_once_when_the_hub_is_out_of_reach(tmp_path, capsys, monke
     assert "the Hugging Face hub is not reachable and the dataset is not cached" in err
 
 
+@pytest.mark.slow
 def test_gpu_check_script_runs_in_its_cpu_dry_mode(tmp_path):
     """benchmarks/gpu.sh is what the first GPU runs: its dry mode (CPU, 2 clips, no CUDA tests) runs
     every other part of it here, so it cannot rot before then."""

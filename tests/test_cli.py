@@ -35,6 +35,7 @@ def test_bad_files_fail_alone_and_good_ones_finish(capsys, tmp_path):
     assert "Quilter" in (tmp_path / "out" / f"{QUILTER.stem}.txt").read_text()
 
 
+@pytest.mark.slow
 def test_8khz_stereo_mp3_and_ogg_are_resampled_and_downmixed(capsys, tmp_path):
     audio, rate = soundfile.read(QUILTER, dtype="float32")
     low = librosa.resample(audio, orig_sr=rate, target_sr=8000)
@@ -58,6 +59,7 @@ def test_incompatible_assistant_is_a_clear_error(capsys):
     assert "cannot draft for base" in err and "vocabulary sizes differ" in err
 
 
+@pytest.mark.slow
 def test_json_srt_vtt_outputs(capsys, tmp_path):
     code, out, err = run(capsys, QUILTER, "--model", "base", "--assistant", "base", "--language", "en",
                          "-f", "json", "-f", "srt", "-f", "vtt", "-o", tmp_path, "--draft-tokens", "3")
@@ -147,6 +149,7 @@ def test_version_and_help_start_without_torch(capsys):
     assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout == "False\n"
 
 
+@pytest.mark.slow
 def test_a_transcription_starts_without_the_compiler_scipy_or_librosa(tmp_path):
     """Start-up: transcribing a 16 kHz file imports neither torch's compiler (once pulled in by
     building decoders on the meta device) nor librosa and scipy.signal (once pulled in by the mel
@@ -174,6 +177,7 @@ def encode_with_pyav(audio: np.ndarray, rate: int, path, codec: str, codec_rate:
             container.mux(packet)
 
 
+@pytest.mark.slow
 def test_phone_and_browser_recordings_are_read_and_batch_names_what_it_passes_over(capsys, tmp_path):
     """m4a and mp4 (AAC), webm (Opus) and aiff, made with PyAV's encoders: transcribe reads them, and
     batch on their folder does every one and says which files it left out."""

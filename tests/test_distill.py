@@ -181,6 +181,7 @@ def test_an_unreadable_file_is_skipped_once_with_its_name_however_many_recording
     assert len(errors) == 1 and "cannot decode audio" in errors[0]
 
 
+@pytest.mark.slow
 def test_distill_and_export_through_the_cli(clips, tmp_path, base_pair):
     out = tmp_path / "assistant"
     code = cli(["distill", "--audio", str(clips), "--output", str(out), "--steps", "2", "--batch-size", "2",

@@ -90,6 +90,7 @@ def doubting_pair(base_pair):
     return WhisperPair(base_pair.main, decoder_subset(base_pair.main, [0, 2, 5]), base_pair.device, base_pair.dtype)
 
 
+@pytest.mark.slow
 def test_windows_that_fail_try_every_temperature_alike_in_both_modes(doubting_pair):
     """With a log-probability threshold of 0 every text is doubted, so every window goes through
     every temperature: the sampled passes keep the same tokens with and without drafts, and each
@@ -127,6 +128,7 @@ def joined_fleurs(language: str, folder) -> tuple:
     return path, " ".join(r["text"] for r in clips)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("language", ["fr", "de", "es", "pt", "en"])
 def test_no_long_recording_transcript_loops(default_pair, tmp_path, language):
     """Each language's FLEURS clips joined into one recording. Whether greedy base loops on one of
@@ -145,6 +147,7 @@ def test_no_long_recording_transcript_loops(default_pair, tmp_path, language):
     assert word_error_rate([reference], [main_only.text], [language]) < 0.6
 
 
+@pytest.mark.slow
 def test_no_long_form_transcript_loops(default_pair):
     paths = [speech(p) for p in LONG]
     options = DecodingOptions(language="en", speculation="on")

@@ -199,6 +199,7 @@ def test_row_int8_kernel_gives_each_row_its_one_row_result_and_stays_near_float(
     assert not torch.equal(dynamic[:1], torch.ops.quantized.linear_dynamic(x[:1], packed, True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["int8/float32", "int8/bfloat16"])
 def test_int8_pairs_are_exact_on_their_kernels(request, precision):
     pair = request.getfixturevalue("row_int8_pair" if precision == "int8/float32" else "int8_pair")
@@ -225,6 +226,7 @@ def test_int8_pairs_are_exact_on_their_kernels(request, precision):
                 assert stats.drafted > 0
 
 
+@pytest.mark.slow
 def test_auto_speculation_drafts_in_every_round_for_an_int8_pair_on_cpu(int8_pair):
     """As measured to pay there (platform.AUTO_MAX_DRAFT_FRAMES: on AMX CPUs up to three full windows,
     elsewhere no limit): auto drafts as on does for two clips; every mode gives the int8 main model's
@@ -237,6 +239,7 @@ def test_auto_speculation_drafts_in_every_round_for_an_int8_pair_on_cpu(int8_pai
     assert [r.tokens for r in on] == [r.tokens for r in auto] == [r.tokens for r in alone]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["int8/float32", "int8/bfloat16", "bfloat16", "float32"])
 @torch.inference_mode()
 def test_positions_scored_together_get_the_logits_of_one_token_steps(request, base_pair, precision):
@@ -257,6 +260,7 @@ def test_positions_scored_together_get_the_logits_of_one_token_steps(request, ba
     assert torch.equal(together, one_by_one)
 
 
+@pytest.mark.slow
 def test_prequantized_directories_build_no_float_decoder_weights(tmp_path, int8_pair, capsys):
     assert cli(["quantize", "base", "--output", str(tmp_path / "base-int8")]) == 0
     assert cli(["quantize", str(default_assistant("base")), "--output", str(tmp_path / "assistant-int8")]) == 0
@@ -316,6 +320,7 @@ def test_cpu_encoder_default_is_what_the_cpu_runs_fastest():
     assert isinstance(pair.main.encoder.blocks[0].mlp.fc1, DynamicInt8Linear) == (expected == "int8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["int8", "bfloat16"])
 def test_cpu_encoders_encode_windows_alike_in_any_batch_and_stay_near_float(base_pair, precision):
     """Either CPU default encoder: a window encodes alike alone and beside others; its states stay
@@ -337,6 +342,7 @@ def test_cpu_encoders_encode_windows_alike_in_any_batch_and_stay_near_float(base
     assert [r.tokens for r in spec] == [r.tokens for r in alone_tokens] and stats.drafted > 0
 
 
+@pytest.mark.slow
 def test_a_warm_start_reads_int8_weights_from_the_cache_instead_of_quantizing(tmp_path, monkeypatch):
     """The int8 decoder states (main model and distilled assistant) and the int8 encoder and
     cross-attention key/value weights are quantized once, then read back bit for bit; a changed

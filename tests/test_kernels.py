@@ -60,6 +60,7 @@ print(torch.backends.cpu.get_cpu_capability(), padding)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("aten, onednn", KERNEL_SETS)
 def test_scoring_several_positions_is_row_invariant_on_every_instruction_set(aten, onednn):
     limits = {"ATEN_CPU_CAPABILITY": aten, "ONEDNN_MAX_CPU_ISA": onednn} if aten else {}

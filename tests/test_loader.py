@@ -14,6 +14,7 @@ from whisper_spec.pair import IncompatiblePair, Whisper, check_pair, decoder_sub
 CLIPS = ["librispeech/test-other/1998-15444-0003.flac", "multilingual/pl/mls_1889_1447_000002.flac"]
 
 
+@pytest.mark.slow
 def test_decoder_only_assistant_reads_no_encoder_and_is_exact(base_pair, tmp_path):
     base_pair.main.decoder.setup_caches(1, 8)  # as after decoding: its blocks hold caches, the subset's do not
     subset = decoder_subset(base_pair.main, [0, 3, 5])
@@ -51,6 +52,7 @@ def test_full_model_export_round_trips_through_our_loader_and_transformers(tmp_p
                        model.encoder.blocks[2].attn.qkv.bias[: model.dims.d_model])
 
 
+@pytest.mark.slow
 def test_full_checkpoint_can_share_or_keep_its_encoder(base_pair):
     shared = load_pair("base", "base", assistant_encoder="shared")
     assert shared.shares_encoder and shared.assistant.encoder is None
@@ -63,6 +65,7 @@ def test_full_checkpoint_can_share_or_keep_its_encoder(base_pair):
     assert stats.acceptance == 1.0  # the same model drafting for itself agrees everywhere
 
 
+@pytest.mark.slow
 def test_weights_match_transformers(base_pair):
     from transformers import WhisperForConditionalGeneration
 

@@ -9,6 +9,7 @@ from nbclient import NotebookClient
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["english_librispeech.ipynb", "multilingual_voxpopuli.ipynb"])
 def test_notebook_runs(name, tmp_path, monkeypatch):
     monkeypatch.setenv("WHISPER_SPEC_NOTEBOOK_LIMIT", "2")

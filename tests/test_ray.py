@@ -60,6 +60,7 @@ def local_run(job_manifest, tmp_path_factory):
     return out, summary
 
 
+@pytest.mark.slow
 def test_ray_outputs_equal_a_local_run(job_manifest, local_run, tmp_path):
     import ray
 
@@ -82,6 +83,7 @@ def test_ray_outputs_equal_a_local_run(job_manifest, local_run, tmp_path):
     assert json.loads((out / SUMMARY_FILE).read_text())["done"] == 8
 
 
+@pytest.mark.slow
 def test_a_killed_ray_job_is_finished_by_a_rerun(job_manifest, local_run, tmp_path):
     out = tmp_path / "killed"
     command = [sys.executable, "-m", "whisper_spec.cli.main", "batch", str(job_manifest), "-o", str(out), "-q",
@@ -103,6 +105,7 @@ def test_a_killed_ray_job_is_finished_by_a_rerun(job_manifest, local_run, tmp_pa
     assert job_outputs(out) == expected
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_job_costs_no_output(job_manifest, local_run, tmp_path):
     out = tmp_path / "worker"
     command = [sys.executable, "-m", "whisper_spec.cli.main", "batch", str(job_manifest), "-o", str(out), "-q",

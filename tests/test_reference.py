@@ -33,6 +33,7 @@ def hf_base(base_pair):
     return WhisperForConditionalGeneration.from_pretrained(base_pair.main.path, dtype=torch.float32).eval()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("timestamps", [False, True])
 def test_base_matches_transformers_generate(base_pair, hf_base, timestamps):
     mel = mel_of([speech(p) for p in CLIPS.values()])
@@ -48,6 +49,7 @@ def test_base_matches_transformers_generate(base_pair, hf_base, timestamps):
         assert len(result.tokens) > 3
 
 
+@pytest.mark.slow
 def test_no_speech_probability_and_average_logprob_are_whispers(base_pair, hf_base):
     """The no-speech rule's two inputs, against transformers' logits: P(<|nocaptions|>) after SOT
     alone, and the mean log-probability of the tokens and the end of text (suppressed tokens
@@ -81,12 +83,14 @@ def test_no_speech_probability_and_average_logprob_are_whispers(base_pair, hf_ba
         assert result.avg_logprob == pytest.approx(float(logprobs.sum()) / (len(result.tokens) + 1), abs=1e-3)
 
 
+@pytest.mark.slow
 def test_base_translate_matches_transformers(base_pair, hf_base):
     mel = mel_of([speech(CLIPS["de"])])
     ours, _ = decode_windows(base_pair, mel, DecodingOptions(task="translate", language="de", temperature=0.0, speculation="off"))
     assert ours[0].tokens == reference_tokens(hf_base, mel, language="de", task="translate")
 
 
+@pytest.mark.slow
 def test_tiny_en_matches_transformers():
     pair = load_pair("tiny.en", encoder_precision="float32")
     hf = WhisperForConditionalGeneration.from_pretrained(pair.main.path, dtype=torch.float32).eval()

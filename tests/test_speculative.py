@@ -41,6 +41,7 @@ def clip_mel():
     return mel_of([speech(c) for c in CLIPS])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 2, 3, 4])
 def test_base_layer_subset_assistant_is_exact(base_with_layer_subset, clip_mel, batch):
     options = DecodingOptions(speculation="on", draft_tokens=4)
@@ -49,6 +50,7 @@ def test_base_layer_subset_assistant_is_exact(base_with_layer_subset, clip_mel, 
     assert stats.windows == batch
 
 
+@pytest.mark.slow
 def test_a_window_encodes_alike_alone_and_in_a_batch(base_pair, clip_mel):
     """On CPU the encoder runs window by window: a window's states, and so its transcript, do not
     depend on the batch it is in."""
@@ -57,6 +59,7 @@ def test_a_window_encodes_alike_alone_and_in_a_batch(base_pair, clip_mel):
         assert torch.equal(states[i], encoder_states(base_pair.main, clip_mel[i : i + 1])[0])
 
 
+@pytest.mark.slow
 def test_a_row_decodes_alike_alone_and_beside_rows_that_finish_first(base_with_layer_subset, clip_mel):
     """On CPU finished rows leave the decoders' batch: a row's tokens must not depend on which rows
     run beside it, and the next call on the same encoding must find every row's audio again."""
@@ -104,6 +107,7 @@ def test_an_error_mid_decoding_leaves_the_decoders_whole(monkeypatch):
     assert [r.tokens for r in again] == [r.tokens for r in expected]
 
 
+@pytest.mark.slow
 def test_base_timestamps_translate_and_adaptive_draft_are_exact(base_with_layer_subset, clip_mel):
     options = DecodingOptions(speculation="on", timestamps=True, adaptive_draft=True, draft_tokens=2)
     main_only, _, _ = assert_identical(base_with_layer_subset, clip_mel, options)
@@ -111,6 +115,7 @@ def test_base_timestamps_translate_and_adaptive_draft_are_exact(base_with_layer_
     assert_identical(base_with_layer_subset, clip_mel[1:3], DecodingOptions(speculation="on", task="translate", language="de"))
 
 
+@pytest.mark.slow
 def test_confidence_stopped_drafts_are_exact_and_better_accepted(base_with_layer_subset, clip_mel):
     _, _, every = assert_identical(base_with_layer_subset, clip_mel, DecodingOptions(speculation="on", draft_tokens=6, draft_confidence=0))
     _, _, confident = assert_identical(base_with_layer_subset, clip_mel, DecodingOptions(speculation="on", draft_tokens=6, draft_confidence=0.5))
@@ -189,6 +194,7 @@ def test_auto_speculation_drafts_for_batches_within_the_measured_frames(monkeypa
     assert decoding.auto_drafts(pair.platform, pair.assistant, 4) and not decoding.auto_drafts(pair.platform, pair.assistant, 7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [
     DecodingOptions(speculation="on", draft_tokens=4),
     DecodingOptions(speculation="on", timestamps=True, adaptive_draft=True, draft_tokens=2, max_draft_tokens=6),

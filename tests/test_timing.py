@@ -73,6 +73,7 @@ def chapter_words():
     return {use: next(transcribe(pair, [speech(CHAPTER)], options if use else main_alone(options))) for use in (False, True)}
 
 
+@pytest.mark.slow
 def test_words_are_the_same_with_and_without_the_assistant_and_cover_the_text(chapter_words):
     main, speculative = chapter_words[False], chapter_words[True]
     assert speculative.stats.accepted > 0
@@ -88,6 +89,7 @@ def test_words_are_the_same_with_and_without_the_assistant_and_cover_the_text(ch
     assert set(json_words[0]) == {"word", "start", "end", "probability"}
 
 
+@pytest.mark.slow
 def test_word_starts_agree_with_faster_whisper(chapter_words):
     """Same method (openai-whisper's alignment heads and DTW) on the same weights: the issue's bound
     is a median difference of 0.1 s; both share the frame grid, so most starts are equal."""

@@ -187,6 +187,7 @@ def test_language_names_are_taken_like_codes(capsys):
     assert json.loads(by_name[1])["text"] == json.loads(by_code[1])["text"]
 
 
+@pytest.mark.slow
 def test_progress_counts_each_second_of_audio_once(base_pair):
     from whisper_spec.options import ChunkingOptions, DecodingOptions
     from whisper_spec.pipeline import transcribe
@@ -202,6 +203,7 @@ def test_progress_counts_each_second_of_audio_once(base_pair):
         assert sum(seconds) == pytest.approx(len(audio) / rate, abs=1e-3) == pytest.approx(result.duration, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_without_a_terminal_progress_is_a_line_per_file(tmp_path):
     files = [str(QUILTER), str(CLIPS[0]), str(tmp_path / "missing.wav")]
     run = subprocess.run([sys.executable, "-m", "whisper_spec.cli.main", "transcribe", *files, "-m", "tiny.en"],
@@ -263,6 +265,7 @@ def test_digital_silence_gives_no_text(capsys, tmp_path):
     assert code == 0 and "Quilter" in out
 
 
+@pytest.mark.slow
 def test_noise_and_room_tone_give_no_text_and_speech_is_kept(tmp_path):
     """Whisper's no-speech rule: made-up sounds in one batch with speech, both decoding modes."""
     from whisper_spec.options import DecodingOptions
@@ -305,6 +308,7 @@ def _umask() -> int:
     return mask
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["at start-up", "mid-job"])
 def test_ctrl_c_ends_with_one_line(tmp_path, when):
     files = [str(c) for c in CLIPS * 3]
@@ -328,6 +332,7 @@ def test_ctrl_c_ends_with_one_line(tmp_path, when):
         assert "run the same command again to resume" in err
 
 
+@pytest.mark.slow
 def test_readme_python_example_runs_as_written():
     readme = (ROOT / "README.md").read_text()
     example = re.search(r"## From Python\n\n```python\n(.*?)```", readme, flags=re.S).group(1)
@@ -419,6 +424,7 @@ def test_a_broken_model_folder_is_one_line_for_model_and_assistant(capsys, tmp_p
             assert f"{folder}" in err and problem in err
 
 
+@pytest.mark.slow
 def test_a_reader_that_leaves_early_ends_the_job_quietly(tmp_path):
     """`whisper-spec transcribe ... -f srt | head -2`, a real pipe closed after two lines."""
     for _ in range(3):

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .model import Decoder, DraftVocabProjection, Encoder, Linear, ModelDims
-from .platform import Platform, resolve
+from .platform import Platform, onednn_packed, resolve
 from .quantize import DynamicInt8Linear, Int8Linear, kernel_for, quantize_per_channel
 from .tokenizer import SpecialTokens, Tokenizer
 
@@ -188,7 +188,9 @@ def output_rows(decoder: Decoder, token_ids: torch.Tensor, int8: bool = False,
         rows.weight, rows.scales = weight, scales.to(device=weight.device, dtype=scales_dtype)
         rows.int8_activations = True
         return rows
-    return Linear.of(output_weight(decoder)[token_ids])
+    rows = Linear.of(output_weight(decoder)[token_ids])
+    rows.packed = onednn_packed(rows.weight)  # frozen: its packed copy stays right while a student trains
+    return rows
 
 
 def decoder_subset(model: Whisper, layers: list[int], name: str | None = None) -> Whisper:

@@ -1,13 +1,9 @@
 """faster-whisper in a process of its own: the benchmarks' faster-whisper peer runs here.
 
 Why not in the benchmark's process: there, once CTranslate2 has computed, its idle threads slow
-torch's decoding ~1.9x for as long as its model lives. Measured on an AVX-512 Xeon with AMX (2
-cores, torch 2.13, ctranslate2 4.8.5), main-only int8 decoding of three LibriSpeech clips: 1.03 s,
-then 1.85-1.98 s after one CTranslate2 encoder call in the same process (every op slower, no CPU
-time in CTranslate2's threads), 1.20 s again once its model was deleted, and 1.12 s beside a
-CTranslate2 model alive and used in another process. In one bench run on 20 clips that made our
-main-only int8 decoding 8.6 s against 4.4 s without the peer, and faster-whisper look faster than
-ours where it is not. Each engine in its own process, as users run them, is the fair measurement.
+every torch op for as long as its model lives, and faster-whisper would look faster than ours where
+it is not (decisions, "faster-whisper in a process of its own"). Each engine in its own process, as
+users run them, is the fair measurement.
 
 This module imports neither torch nor the rest of whisper_spec: the child process loads only
 faster-whisper. Requests and replies are pickled over a pipe (audio as float32 arrays: ~1 ms for a
