@@ -1,0 +1,77 @@
+"""The platform record and module set-up: what a pair's decoders get on this machine's CPU follows
+from the probes, whatever the instruction set (the probes' answers differ between CPUs; these tests
+check what is done with them)."""
+
+import pytest
+import torch
+from conftest import perturbed_decoder, random_model
+
+from whisper_spec import platform
+from whisper_spec.model import Linear
+from whisper_spec.pair import WhisperPair
+
+CPU = torch.device("cpu")
+
+
+def _pair():
+    main = random_model(0)
+    return WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), CPU, torch.float32)
+
+
+def test_the_main_decoder_is_made_row_invariant_where_every_probe_finds_padding():
+    pair = _pair()
+    main, assistant = pair.main.decoder, pair.assistant.decoder
+    linears = [m for m in main.modules() if isinstance(m, Linear)]
+    rows = [platform.linear_rows(m, main.dtype) for m in linears]
+    assert pair.platform.row_invariant == all(n is not None for n in rows)
+    if pair.platform.row_invariant:
+        assert [m.pad_rows for m in linears] == rows
+        assert main.exact_queries == platform.query_rows()
+    # an assistant's drafts need not be exact: none of its own linears is padded, its attention is plain
+    assert all(m.pad_rows == 0 for m in assistant.modules() if isinstance(m, Linear))
+    assert assistant.exact_queries is None
+
+
+def test_a_padded_linear_gives_each_row_its_one_row_result():
+    pair = _pair()
+    linear = pair.main.decoder.blocks[0].mlp.fc2
+    if not pair.platform.row_invariant:
+        pytest.skip("this CPU's kernels cannot be padded into row invariance: decoding takes fixed shapes")
+    x = torch.randn(7, linear.in_features)
+    with torch.inference_mode():
+        alone = torch.cat([linear(row[None]) for row in x])
+        for count in (2, 3, 5, 7):
+            assert torch.equal(torch.cat([linear(rows) for rows in x.split(count)]), alone)
+
+
+def test_prepare_packs_decoder_linears_sets_cpu_attention_and_one_encoder_window_a_call():
+    pair = _pair()
+    decoder, encoder = pair.main.decoder, pair.main.encoder
+    assert decoder.cache_dtype == torch.float32
+    platform.prepare(encoder, CPU)
+    assert encoder.one_window_a_call
+    # the encoder's linears keep F.linear's kernel; a decoder's float32 ones run oneDNN's where it runs
+    assert all(m.packed is None for m in encoder.modules() if isinstance(m, Linear))
+    packed = [m.packed is not None for m in decoder.modules() if isinstance(m, Linear)]
+    assert all(packed) or platform.onednn_packed(torch.zeros(4, 4)) is None
+    platform.prepare(decoder, CPU)  # idempotent: the packed copies stay
+    assert [m.packed is not None for m in decoder.modules() if isinstance(m, Linear)] == packed
+
+
+def test_the_record_keys_policies_on_the_device_kind_and_decoder_precision(monkeypatch):
+    kind = platform.device_kind(CPU)
+    assert kind == ("cpu-amx" if platform.cpu_has_amx() else "cpu")
+    monkeypatch.setattr(platform, "AUTO_MAX_DRAFT_FRAMES", {(kind, "float"): 1234, (kind, "int8"): 99})
+    record = _pair().platform
+    assert record.auto_max_draft_frames == 1234  # float decoders
+    assert record.compiles_drafts and record.assistant_skips_padding and not record.cuda_graphs
+
+
+def test_loader_defaults_by_device():
+    cuda = torch.device("cuda")
+    assert platform.default_precision(cuda) == (False, "float16")
+    assert platform.default_precision(cuda, int8=True, dtype="bfloat16") == (True, "bfloat16")
+    int8 = platform.default_int8(CPU)
+    assert platform.default_precision(CPU) == (int8, (platform.cpu_int8_dtype() or "bfloat16") if int8 else "float32")
+    assert platform.default_encoder_precision(cuda, torch.float16) == "float16"
+    assert platform.default_encoder_precision(CPU, torch.float32) in ("bfloat16", "int8", "float32")
