@@ -19,6 +19,7 @@ of silence between them, in their language.
     python benchmarks/longform.py --batch-sizes 4 --output benchmarks/results/longform_vad_epyc_cpu.json
     python benchmarks/longform.py --set joined --batch-sizes 4 --output benchmarks/results/longform_vad_joined_epyc_cpu.json
     python benchmarks/longform.py --set fleurs --batch-sizes 4 --output benchmarks/results/longform_vad_fleurs_epyc_cpu.json
+    python benchmarks/longform.py --dry --output /tmp/longform.json   # a minute: the script's own check
 """
 
 from __future__ import annotations
@@ -58,10 +59,17 @@ def main() -> int:
     parser.add_argument("--speculation", choices=("auto", "on"), default="auto",
                         help="when speculative configurations draft (DecodingOptions.speculation)")
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--dry", action="store_true",
+                        help="the script's own check (the test suite runs it): one LibriSpeech chapter, batch 1, no peers")
     args = parser.parse_args()
+    if args.dry:
+        args.recordings, args.batch_sizes, args.peers = "longform", "1", "none"
 
     workdir = tempfile.TemporaryDirectory()
     files, paths = long_recordings(args.recordings, Path(workdir.name))
+    if args.dry:
+        keep = min((i for i, f in enumerate(files) if f.get("utt_ids")), key=lambda i: files[i]["duration_s"])
+        files, paths = [files[keep]], [paths[keep]]
     languages = {str(path): f["language"] for path, f in zip(paths, files)}
     ends = {path.name: last_speech(path) for path in paths}  # read once, not per configuration and batch size
     assistant = args.assistant or default_assistant(args.model)

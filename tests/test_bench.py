@@ -2,6 +2,7 @@
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import jiwer
@@ -202,6 +203,26 @@ def test_bench_says_at_once_when_the_hub_is_out_of_reach(tmp_path, capsys, monke
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert "the Hugging Face hub is not reachable and the dataset is not cached" in err
+
+
+@pytest.mark.slow
+def test_longform_benchmark_runs_in_its_dry_mode(tmp_path):
+    """benchmarks/longform.py gives the README's long-audio figures: its dry mode (one chapter, batch 1,
+    no peers) runs every part of it, so it cannot rot between measurements."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    output = tmp_path / "longform.json"
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "longform.py"), "--dry", "--output", str(output)],
+                          capture_output=True, text=True, timeout=900, cwd=repo)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(output.read_text())
+    (entry,) = report["results"]
+    assert report["files"] == 1 and entry["batch_size"] == 1
+    assert entry["identical_fraction_vad_int8"] == entry["identical_fraction_sequential_int8"] == 1.0
+    vad = entry["configurations"]["vad speculative int8"]
+    assert vad["wer"] < 0.2 and 0.9 < vad["decoded_audio_ratio"] < 1.2 and vad["acceptance"] > 0.5
+    assert report["against_utterances_alone"] and report["voice_activity"]
 
 
 @pytest.mark.slow
