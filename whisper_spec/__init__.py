@@ -1,10 +1,11 @@
 """whisper-spec: Whisper speculative decoding with output identical to the main model's.
 
 The data flow, one module a stage: audio (files -> 16 kHz -> log-mel features) -> vad (long audio ->
-speech chunks) -> model (encoder, decoder with a static KV cache) -> decoding (draft, verify, accept
-per row) -> segments (a window's tokens -> timed segments) -> writers (txt, json, srt, vtt). load and
-pair make the model pair;
-pipeline (transcribe) and batch run files through it; bench and distill measure and train.
+speech chunks) -> encoding (encoder states into the decoders) -> decoding (a batch at each
+temperature) -> speculative (draft, verify, accept per row) -> segments (a window's tokens -> timed
+segments) -> writers (txt, json, srt, vtt). model is the network, load and pair make the model pair,
+platform decides what the device and CPU change; pipeline (transcribe) and batch run files through
+it; bench and distill measure and train.
 
 Names are imported on first use, so `import whisper_spec` (and the command line's --help) does not
 load torch.
