@@ -54,7 +54,7 @@ def decode_windows(
     batch; default 0). options.speculation="off" decodes with the main model alone.
     """
     stats = DecodingStats(windows=mel.shape[0])
-    encode(pair, mel, assistant_mel, stats, with_assistant=options.speculation != "off")
+    encode(pair, mel, assistant_mel, stats, with_assistant=_assistant(pair, options) is not None)
     return decode_encoded(pair, mel.shape[0], options, languages=languages, seeds=seeds, stats=stats)
 
 
