@@ -5,6 +5,7 @@
 #                   the int8 kernel on CUDA, a pre-quantized directory building no float decoder weight
 #   librispeech/    whisper-spec bench on the 78 LibriSpeech clips, --device cuda, float16 and --int8,
 #                   batch 1 and 4, with the transformers and faster-whisper peers where installed
+#   wide_batches/   the same clips in float16 at batch 8 and 16, main-only against speculative
 #   memory.json     GPU memory of the loaded pair and peak while decoding, float16 against int8
 #   summary.md      one table of all of it, with the targets (also printed)
 # Usage:
@@ -20,10 +21,11 @@ speech=${WHISPER_SPEC_SPEECH:-../shared/data/speech}
 if [ $dry = 1 ]; then
   out=${1:?--dry needs an output folder}
   device=cpu bench=(--limit 2 --repeats 1 --peers faster-whisper) memory=(--limit 2)
+  wide=(--limit 2 --repeats 1 --batch-sizes 2)
 else
   gpu=$(python -c 'import torch; print(torch.cuda.get_device_name().split()[1].lower())') || exit 1
   out=${1:-benchmarks/results/gpu_$gpu}
-  device=cuda bench=() memory=()
+  device=cuda bench=() memory=() wide=(--batch-sizes 8,16)
 fi
 mkdir -p "$out"
 status=0
@@ -32,6 +34,8 @@ if [ $dry = 0 ]; then
 fi
 whisper-spec bench "$speech/manifest.jsonl" --set librispeech --device $device --int8 "${bench[@]}" \
   --output-dir "$out/librispeech" 2>&1 | tee "$out/bench.log" || status=1
+whisper-spec bench "$speech/manifest.jsonl" --set librispeech --device $device --no-int8 --peers none "${wide[@]}" \
+  --output-dir "$out/wide_batches" 2>&1 | tee -a "$out/bench.log" || status=1
 python benchmarks/gpu_memory.py --device $device "${memory[@]}" --output "$out/memory.json" > /dev/null || status=1
 python benchmarks/gpu_summary.py "$out" | tee "$out/summary.md" || status=1
 exit $status

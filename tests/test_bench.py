@@ -244,4 +244,7 @@ def test_gpu_check_script_runs_in_its_cpu_dry_mode(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert summary == done.stdout[-len(summary):]
     assert "CUDA tests: not run (dry mode)" in summary and "| speculative b1 |" in summary
+    wide = json.loads((tmp_path / "wide_batches" / "report.json").read_text())
+    assert wide["check"]["passed"] and {"main b2", "speculative b2"} == {c["name"] for c in wide["configs"]}
+    assert re.search(r"\| speculative b2 \| [\d.]+ \| [\d.]+ \| \d+ \|", summary), "no microseconds a token"
     assert re.search(r"\| int8: lower decoder weight memory \| \d+% \| >= 35% \|", summary)

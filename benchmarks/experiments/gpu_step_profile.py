@@ -1,0 +1,88 @@
+"""Where a decoding token's time goes on the GPU: main-only and speculative decoding of a few
+LibriSpeech clips at batch 1 under torch.profiler, as the GPU issue's starting point.
+
+Reports, per mode: wall seconds, generated tokens, wall microseconds a token, GPU busy microseconds
+a token (kernels and copies on the device's timeline), host syncs (stream/event/device synchronize
+and device-to-host copies), kernel launches and graph replays a token, and the host operations that
+take the most time. Runs on CPU too (no device timeline there) to check the script.
+Usage: python benchmarks/experiments/gpu_step_profile.py --device cuda --output OUT.json [--clips 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import SPEECH, manifest_rows, write_report  # noqa: E402
+
+from whisper_spec.audio import load_audio  # noqa: E402
+from whisper_spec.decoding import decode_windows  # noqa: E402
+from whisper_spec.encoding import pair_features  # noqa: E402
+from whisper_spec.load import load_pair  # noqa: E402
+from whisper_spec.options import DecodingOptions  # noqa: E402
+from whisper_spec.platform import synchronize  # noqa: E402
+
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize")
+
+
+def decode_all(pair, mels, options) -> int:
+    tokens = 0
+    for mel in mels:
+        results, _ = decode_windows(pair, mel, options)
+        tokens += sum(len(r.tokens) for r in results)
+    synchronize(pair.device)
+    return tokens
+
+
+def profile_mode(pair, mels, options) -> dict:
+    decode_all(pair, mels, options)  # warm: graphs captured, kernels chosen
+    start = time.perf_counter()
+    tokens = decode_all(pair, mels, options)
+    wall = time.perf_counter() - start
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if pair.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        decode_all(pair, mels, options)
+    events = prof.key_averages()
+    # kernels are their own entries on the device timeline; the ops that launched them count them too
+    device_us = max(sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA"),
+                    sum(e.self_device_time_total for e in events if e.device_type.name == "CPU"))
+    count = {e.key: e.count for e in events}
+    syncs = sum(count.get(name, 0) for name in SYNC_CALLS)
+    copies_to_host = sum(e.count for e in events if e.key == "aten::_local_scalar_dense")
+    launches = sum(count.get(name, 0) for name in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"))
+    host = sorted((e for e in events if e.device_type.name == "CPU"), key=lambda e: -e.self_cpu_time_total)[:15]
+    return {
+        "wall_seconds": wall, "generated_tokens": tokens, "wall_us_a_token": 1e6 * wall / tokens,
+        "device_busy_us_a_token": device_us / tokens if device_us else None,
+        "host_syncs_a_token": syncs / tokens, "scalar_reads_a_token": copies_to_host / tokens,
+        "kernel_launches_a_token": launches / tokens, "graph_replays_a_token": count.get("cudaGraphLaunch", 0) / tokens,
+        "top_host_ops": [{"op": e.key, "count": e.count, "self_us": e.self_cpu_time_total} for e in host],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--clips", type=int, default=8)
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    pair = load_pair("base", "default", device=device, dtype="float16" if device.type == "cuda" else "float32")
+    clips = [SPEECH / r["path"] for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
+    mels = [pair_features(pair, [load_audio(path)])[0] for path in clips]
+    modes = {"main-only": DecodingOptions(language="en", speculation="off"),
+             "speculative": DecodingOptions(language="en", speculation="on")}
+    report = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
+              "clips": len(clips), "batch": 1,
+              "modes": {name: profile_mode(pair, mels, options) for name, options in modes.items()}}
+    return write_report(report, args.output)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
