@@ -66,12 +66,13 @@ def test_adaptive_drafts_are_exact_on_cuda(cuda_pair, clip_mel):
 @pytest.mark.parametrize("batch", [1, 2, 3, 4])
 def test_random_models_are_exact_on_cuda(dtype, batch):
     main = random_model(0, eot_bias=2.0)
-    pair = WhisperPair(main, perturbed_decoder(main, noise=0.1, seed=1), torch.device("cpu"), torch.float32)
-    for model in (pair.main, pair.assistant):
+    assistant = perturbed_decoder(main, noise=0.1, seed=1)
+    # moved before a pair is made: a CPU pair packs its decoder linears for oneDNN, a layout CUDA lacks
+    for model in (main, assistant):
         for part in (model.encoder, model.decoder):
             if part is not None:
                 part.to(device="cuda", dtype=dtype)
-    pair = WhisperPair(pair.main, pair.assistant, torch.device("cuda"), dtype)
+    pair = WhisperPair(main, assistant, torch.device("cuda"), dtype)
     torch.manual_seed(2)
     mel = torch.randn(batch, 80, 3000, device="cuda")
     for options in (DecodingOptions(speculation="on", language="en", max_length=40, draft_confidence=0),
