@@ -162,7 +162,8 @@ def _context(platform, main, assistant, options, temperature, seeds, languages, 
     judges_silence = options.no_speech_threshold is not None and special.no_speech is not None
     judges_text = options.logprob_threshold is not None and len(options.temperature) > 1
     return Context(main, assistant, options, rules, draft_rules, temperature, seeds, prompt_length, n_ctx,
-                    max_length, max_draft, drafts, fixed_width, graphs, step, live, judges_silence, judges_text)
+                    max_length, max_draft, drafts, fixed_width, graphs, step, live, judges_silence, judges_text,
+                    platform.rounds_per_read)
 
 
 def _results(state: State, context: Context, languages: list[str], stats: DecodingStats) -> list[WindowResult]:

@@ -225,6 +225,9 @@ class Platform:
     compiles_drafts: bool  # where DecodingOptions.compile_drafts applies (CPU: fuses the one-row draft step)
     assistant_skips_padding: bool  # an assistant attends to the audio's frames only (not on GPUs: one graph shape)
     auto_max_draft_frames: int | None  # speculation="auto": rows x assistant frames that still draft; None: no limit
+    # fixed-shape rounds run between two host reads of "every row done": reads stall a GPU's queue, and
+    # rounds after the last row ended change nothing; on CPU a read costs nothing, an extra round a step
+    rounds_per_read: int = 1
 
 
 def resolve(main: Decoder, assistant: Decoder | None, device: torch.device) -> Platform:
@@ -236,4 +239,5 @@ def resolve(main: Decoder, assistant: Decoder | None, device: torch.device) -> P
     precision = "int8" if isinstance(main.blocks[0].mlp.fc1, Int8Linear) else "float"
     return Platform(kind=kind, row_invariant=make_row_invariant(main, device), cuda_graphs=device.type == "cuda",
                     compiles_drafts=device.type == "cpu", assistant_skips_padding=device.type == "cpu",
-                    auto_max_draft_frames=AUTO_MAX_DRAFT_FRAMES.get((kind, precision)))
+                    auto_max_draft_frames=AUTO_MAX_DRAFT_FRAMES.get((kind, precision)),
+                    rounds_per_read=4 if device.type == "cuda" else 1)

@@ -9,6 +9,11 @@ output is the main model's own greedy output token for token. Sampling: the toke
 is the main model's draw at a uniform number fixed by the window's seed and the position
 (sampling.py), and a draft is accepted when it equals it. Without an assistant (k = 0) a round is
 one main-model step, so both modes share every rule.
+
+Two implementations of the round, by Platform.row_invariant: with row-invariant kernels (CPU), each
+main call scores just the positions in use and finished rows leave the batch; without (GPUs, some
+CPUs), every call has one shape in both modes and the round reads nothing back to the host
+(fixed_shape_decode).
 """
 
 from __future__ import annotations
@@ -27,12 +32,8 @@ from .rules import LogitRules
 from .sampling import position_uniforms, sample_tokens
 from .stats import DecodingStats
 
-# Where the main decoder's kernels are not row-invariant (Platform.row_invariant) every main
-# decoder call has the same shape in both modes, so a position's logits cannot depend on the mode:
-# the prompt is prefilled alone, each round's window is right-padded to the widest round either mode
-# can have (the padding lies past the row's end, where the cache holds stale drafts anyway), every
-# row stays in the batch, and the projection and rules run on every position of the window.
-# The assistant's calls, which need not be exact, are padded to this width only for CUDA graphs.
+# fixed shapes: the assistant's window at a round's first step, the main model's token and the last
+# draft when the assistant accepted all and never saw it
 ASSISTANT_WIDTH = 2
 
 
@@ -73,6 +74,7 @@ class Context:
     live: LiveRows
     judges_silence: bool  # the no-speech rule is on (DecodingOptions.no_speech_threshold)
     judges_text: bool  # every row's average log-probability is needed (a later temperature may follow)
+    rounds_per_read: int = 1  # fixed shapes: rounds between host reads of "every row done" (Platform)
 
 
 @dataclass
@@ -119,7 +121,8 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
     """Rounds of draft, verify, accept and advance until every row has ended. Without an
     assistant (k = 0) a round is one main-model step, so both modes share every rule."""
     if context.fixed_width is not None:
-        prefill(context, state, stats)
+        fixed_shape_decode(context, state, stats)
+        return
     while not bool(state.done.all()):
         active = ~state.done
         context.live.keep(active)
@@ -179,16 +182,10 @@ def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple
     for j in range(k):
         current = state.length + j
         width = int((current - state.assistant_cached)[active].max())
-        # with CUDA graphs: one shape for most steps, the whole cache attended
-        window, positions = _window(tokens, (current - width).clamp(min=0),
-                                    max(width, ASSISTANT_WIDTH) if context.graphs else width)
-        if context.graphs:
-            logits = _window_logits(context, assistant.decoder, window, positions, compact=True)[:, width - 1]
-        else:
-            # the assistant attends to the positions in use only, not the whole cache
-            span = min(int(current.max()) + 1, context.n_ctx)
-            logits = context.live.call(functools.partial(context.draft_logits, assistant.decoder), window,
-                                       positions, span)
+        window, positions = _window(tokens, (current - width).clamp(min=0), width)
+        # the assistant attends to the positions in use only, not the whole cache
+        span = min(int(current.max()) + 1, context.n_ctx)
+        logits = context.live.call(functools.partial(context.draft_logits, assistant.decoder), window, positions, span)
         logits = context.draft_rules(logits, tokens, current)
         state.assistant_cached = current.clone()
         if context.temperature == 0:
@@ -215,28 +212,22 @@ def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: 
     active = ~state.done
     steps = torch.arange(k + 1, device=tokens.device)
     needed = int((length - state.main_cached)[active].max()) + k
-    width = max(needed, context.fixed_width or 0)
-    window, positions = _window(tokens, (length + k - needed).clamp(min=0), width)
+    window, positions = _window(tokens, (length + k - needed).clamp(min=0), needed)
     scored = (steps <= round_drafts[:, None]) & active[:, None]
     stats.main_forwards += 1
-    if context.fixed_width is None:
-        features = context.live.call(decoder.features, window, positions)
-        hidden = features[:, needed - k - 1 : needed][scored]
-        # the first round's window starts at SOT: its logits there in the same product, rather than
-        # a main call of their own (row-invariant: as a one-token step would give them)
-        first = context.judges_silence and state.no_speech is None
-        logits = decoder.logits(torch.cat([hidden, features[:, 0]]) if first else hidden)
-        if first:
-            read_no_speech(context, state, logits[len(hidden):])
-            logits = logits[: len(hidden)]
-        flat = scored.view(-1)
-        logits = context.rules(logits, tokens.repeat_interleave(k + 1, dim=0)[flat],
-                               (length[:, None] + steps).view(-1)[flat])
-        return logits, scored
-    logits = _window_logits(context, decoder, window, positions, compact=False)
-    # each position's logits are for the token after it
-    logits = context.rules(logits.flatten(0, 1), tokens.repeat_interleave(width, dim=0), (positions + 1).view(-1))
-    return logits.view(len(tokens), width, -1)[:, needed - k - 1 : needed][scored], scored
+    features = context.live.call(decoder.features, window, positions)
+    hidden = features[:, needed - k - 1 : needed][scored]
+    # the first round's window starts at SOT: its logits there in the same product, rather than
+    # a main call of their own (row-invariant: as a one-token step would give them)
+    first = context.judges_silence and state.no_speech is None
+    logits = decoder.logits(torch.cat([hidden, features[:, 0]]) if first else hidden)
+    if first:
+        read_no_speech(context, state, logits[len(hidden):])
+        logits = logits[: len(hidden)]
+    flat = scored.view(-1)
+    logits = context.rules(logits, tokens.repeat_interleave(k + 1, dim=0)[flat],
+                           (length[:, None] + steps).view(-1)[flat])
+    return logits, scored
 
 
 def accept(context: Context, state: State, k: int, round_drafts: Tensor, logits: Tensor, scored: Tensor
@@ -305,3 +296,126 @@ def advance(context: Context, state: State, k: int, round_drafts: Tensor, n_acce
                                          state.draft_length)
 
 
+
+
+# ---------------------------------------------------------------------------- fixed shapes, no host reads
+
+
+def fixed_shape_decode(context: Context, state: State, stats: DecodingStats) -> None:
+    """The rounds where the main decoder's kernels are not row-invariant (Context.fixed_width): every
+    main call has the same shape in both modes, so a position's logits cannot depend on the mode (the
+    prompt is prefilled alone, each round's window is right-padded to the widest round either mode
+    can have, past the row's end where the cache holds stale drafts anyway, and every row stays in
+    the batch); and no host read inside a round: every tensor a round makes has a shape the host knows beforehand
+    ([batch, width] windows and logits, the round's k), so a GPU's queue never drains mid-round, and
+    the host reads whether every row is done once per context.rounds_per_read rounds (rounds after
+    a row's end leave it unchanged). With adaptive drafts it reads the next round's k with it, each
+    round. Every main call, rule and token choice runs on the whole [batch, width] window in both
+    modes, so no op's shape depends on the mode."""
+    prefill(context, state, stats)
+    adaptive = context.drafts and context.options.adaptive_draft
+    k = int(state.draft_length.max()) if context.drafts else 0
+    per_read = 1 if adaptive else context.rounds_per_read
+    first = True
+    while True:
+        for _ in range(per_read):
+            round_drafts = fixed_draft(context, state, k, first, stats) if k else state.draft_length.clamp(max=0)
+            first = first and not k
+            logits = fixed_verify(context, state, stats)
+            scored = fixed_scored(state, k, round_drafts, logits.shape[1])
+            n_accepted, next_token, chosen = fixed_accept(context, state, k, round_drafts, logits, scored)
+            logprobs = fixed_logprobs(state, k, logits, scored, n_accepted, chosen) if state.sums_logprobs else None
+            advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
+        if adaptive:
+            all_done, k = torch.stack([state.done.all().long(),
+                                       torch.where(state.done, 0, state.draft_length).max()]).tolist()
+        else:
+            all_done = bool(state.done.all())
+        if all_done:
+            return
+
+
+def fixed_draft(context: Context, state: State, k: int, first: bool, stats: DecodingStats) -> Tensor:
+    """k drafts per row from the assistant, as draft() writes them, in windows whose widths the host
+    knows: the prompt in the first round; then 2 at a round's first step (the main model's token,
+    and the last accepted draft where the assistant never saw it) and 1 after. A narrower row's
+    window reaches back over cached positions. No row stops early (that would need a host read): a
+    row unsure of a draft verifies only the drafts before it (round_drafts). Returns each row's
+    drafts this round."""
+    assistant, options, tokens = context.assistant, context.options, state.tokens
+    rows = torch.arange(len(tokens), device=tokens.device)
+    draft_vocab = assistant.decoder.draft_vocab
+    round_drafts = state.draft_length.clamp(max=k)
+    for j in range(k):
+        current = state.length + j
+        width = (context.prompt_length if first else ASSISTANT_WIDTH) if j == 0 else 1
+        window, positions = _window(tokens, (current - width).clamp(min=0), width)
+        if context.graphs:
+            logits = _window_logits(context, assistant.decoder, window, positions, compact=True)[:, -1]
+        else:
+            logits = context.draft_logits(assistant.decoder, window, positions, context.n_ctx)
+        logits = context.draft_rules(logits, tokens, current)
+        state.assistant_cached = current.clone()
+        if context.temperature == 0:
+            choice = logits.argmax(dim=-1)
+        else:
+            choice = sample_tokens(logits, context.temperature, position_uniforms(context.seeds, current))
+        tokens[rows, current] = choice if draft_vocab is None else draft_vocab[choice]
+        stats.assistant_forwards += 1
+        if options.draft_confidence > 0:
+            confidence = torch.softmax(logits / (context.temperature or 1.0), dim=-1).gather(1, choice[:, None])[:, 0]
+            round_drafts = torch.where(confidence < options.draft_confidence,
+                                       round_drafts.clamp(max=j + 1), round_drafts)
+    return round_drafts
+
+
+def fixed_verify(context: Context, state: State, stats: DecodingStats) -> Tensor:
+    """The main decoder's processed logits on each row's window of context.fixed_width positions
+    from its last accepted token: [batch, width, vocab], column i for the token at length + i.
+    Every active row's keys and values are cached up to its last accepted token (prefill, then
+    advance), so that token starts the window."""
+    tokens, decoder, width = state.tokens, context.main.decoder, context.fixed_width
+    window, positions = _window(tokens, (state.length - 1).clamp(min=0), width)
+    stats.main_forwards += 1
+    logits = _window_logits(context, decoder, window, positions, compact=False)
+    if context.judges_silence and state.no_speech is None:  # a one-token prompt, which no prefill read
+        read_no_speech(context, state, logits[:, 0])
+    # each position's logits are for the token after it
+    logits = context.rules(logits.flatten(0, 1), tokens.repeat_interleave(width, dim=0), (positions + 1).view(-1))
+    return logits.view(len(tokens), width, -1)
+
+
+def fixed_scored(state: State, k: int, round_drafts: Tensor, width: int) -> Tensor:
+    """[batch, width]: the window's columns where the round can end, each active row's drafts and
+    the position after them."""
+    steps = torch.arange(width, device=round_drafts.device)
+    return (steps <= round_drafts[:, None]) & (steps <= k) & ~state.done[:, None]
+
+
+def fixed_accept(context: Context, state: State, k: int, round_drafts: Tensor, logits: Tensor, scored: Tensor
+                 ) -> tuple[Tensor, Tensor, Tensor]:
+    """accept() on the whole window: the main model's choice at every column (argmax, or its draw
+    at the position's uniform number), then the drafts it agrees with. Returns n_accepted,
+    next_token and the choices, [batch, width]."""
+    batch, width = scored.shape
+    positions = state.length[:, None] + torch.arange(width, device=logits.device)
+    if context.temperature == 0:
+        chosen = logits.argmax(dim=-1)
+    else:
+        uniforms = position_uniforms(context.seeds[:, None].expand_as(positions), positions)
+        chosen = sample_tokens(logits.flatten(0, 1), context.temperature, uniforms.flatten()).view(batch, width)
+    target = torch.where(scored, chosen, context.main.special.eot)[:, : k + 1]
+    drafts = state.tokens.gather(1, positions[:, :k])
+    eligible = torch.arange(k, device=logits.device) < round_drafts[:, None]
+    n_accepted, next_token = accept_greedy(target, drafts, eligible)
+    return n_accepted, next_token, chosen
+
+
+def fixed_logprobs(state: State, k: int, logits: Tensor, scored: Tensor, n_accepted: Tensor, chosen: Tensor
+                   ) -> Tensor:
+    """token_logprobs() on the whole window: [batch, k + 1], the main model's log-probability of
+    each token the round keeps (the accepted drafts, which equal its choices, then its next token)."""
+    steps = torch.arange(scored.shape[1], device=logits.device)
+    keeps = scored & (steps <= n_accepted[:, None])
+    logprobs = torch.log_softmax(logits, dim=-1).gather(2, chosen[:, :, None])[:, :, 0]
+    return torch.where(keeps, logprobs, 0.0)[:, : k + 1]

@@ -1,0 +1,87 @@
+"""The fixed-shape rounds (speculative.fixed_shape_decode: GPUs, CPUs without row-invariant kernels)
+on this CPU: the tokens of the row-invariant rounds in both modes, at every batch size, greedy and
+sampling, whatever the rounds between host reads; and no host read inside a round."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from conftest import main_alone, perturbed_decoder, random_model
+from torch.profiler import ProfilerActivity, profile
+
+from whisper_spec.decoding import decode_windows
+from whisper_spec.options import DecodingOptions
+from whisper_spec.pair import WhisperPair
+
+CPU = torch.device("cpu")
+OPTIONS = {
+    "greedy": DecodingOptions(speculation="on", language="en", draft_tokens=3, draft_confidence=0),
+    "timestamps-adaptive": DecodingOptions(speculation="on", language="de", timestamps=True, adaptive_draft=True,
+                                           draft_tokens=2, max_draft_tokens=6, draft_confidence=0),
+    "confidence": DecodingOptions(speculation="on", language="fr", draft_tokens=5, draft_confidence=0.3),
+    "sampling": DecodingOptions(speculation="on", language="en", draft_tokens=4, draft_confidence=0,
+                                temperature=(0.8,), seed=3),
+    # some windows fail the log-probability rule and decode again at 0.6
+    "fallback": DecodingOptions(speculation="on", language="nl", draft_tokens=3, draft_confidence=0,
+                                temperature=(0.0, 0.6), logprob_threshold=-0.6),
+}
+
+
+def random_pair(noise: float = 0.1) -> WhisperPair:
+    main = random_model(0, eot_bias=0.25)
+    return WhisperPair(main, perturbed_decoder(main, noise, seed=1), CPU, torch.float32)
+
+
+def fixed_shapes(pair: WhisperPair, rounds_per_read: int) -> WhisperPair:
+    """The same pair, decoding as where no padding makes the main decoder's kernels row-invariant."""
+    fixed = WhisperPair(pair.main, pair.assistant, pair.device, pair.dtype)
+    fixed.platform = replace(pair.platform, row_invariant=False, rounds_per_read=rounds_per_read)
+    return fixed
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+@pytest.mark.parametrize("batch", [1, 4])
+def test_fixed_shape_rounds_give_the_row_invariant_tokens_in_both_modes(name, batch):
+    options, pair = OPTIONS[name], random_pair()
+    torch.manual_seed(batch)
+    mel = torch.randn(batch, 80, 3000)
+    reference, _ = decode_windows(pair, mel, main_alone(options), seeds=list(range(batch)))
+    for rounds_per_read in (1, 3):
+        fixed = fixed_shapes(pair, rounds_per_read)
+        for mode in (main_alone(options), options):
+            results, stats = decode_windows(fixed, mel, mode, seeds=list(range(batch)))
+            assert [r.tokens for r in results] == [r.tokens for r in reference], f"{mode.speculation}, {rounds_per_read}"
+            assert [r.hit_max_length for r in results] == [r.hit_max_length for r in reference]
+            assert [r.temperature for r in results] == [r.temperature for r in reference]
+            assert [r.avg_logprob for r in results] == pytest.approx([r.avg_logprob for r in reference])
+            if mode is options:
+                assert stats.drafted > 0 and stats.accepted > 0
+
+
+def scalar_reads(pair: WhisperPair, mel: torch.Tensor, options: DecodingOptions) -> tuple[int, int]:
+    """Host reads of device values while decoding (a scalar read back, a boolean mask's nonzero) and
+    the main model's forwards."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        _, stats = decode_windows(pair, mel, options)
+    events = {e.key: e.count for e in prof.key_averages()}
+    return events.get("aten::_local_scalar_dense", 0) + events.get("aten::nonzero", 0), stats.main_forwards
+
+
+@pytest.mark.parametrize("rounds_per_read", [1, 4])
+def test_a_fixed_shape_round_reads_nothing_back_but_whether_every_row_is_done(rounds_per_read):
+    """Rows that never end before max_length: a longer decoding adds rounds, and at most one host
+    read a rounds_per_read of them. The row-invariant rounds, which read several a round, show the
+    count catches reads."""
+    main = random_model(0)
+    pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), CPU, torch.float32)
+    mel = torch.randn(3, 80, 3000)
+    options = DecodingOptions(speculation="on", language="en", draft_tokens=3, temperature=(0.0,))
+    for decoding in (fixed_shapes(pair, rounds_per_read), pair):
+        short_reads, short_rounds = scalar_reads(decoding, mel, replace(options, max_length=24))
+        long_reads, long_rounds = scalar_reads(decoding, mel, replace(options, max_length=60))
+        extra_reads, extra_rounds = long_reads - short_reads, long_rounds - short_rounds
+        assert extra_rounds >= 8
+        if decoding is pair:
+            assert extra_reads >= 2 * extra_rounds
+        else:
+            assert extra_reads <= extra_rounds / rounds_per_read + 1
