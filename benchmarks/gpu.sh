@@ -32,9 +32,10 @@ status=0
 if [ $dry = 0 ]; then
   python -m pytest -m cuda -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" || status=1
 fi
-whisper-spec bench "$speech/manifest.jsonl" --set librispeech --device $device --int8 "${bench[@]}" \
+whisper-spec bench "$speech/manifest.jsonl" --set librispeech --device $device --int8 --speculation on "${bench[@]}" \
   --output-dir "$out/librispeech" 2>&1 | tee "$out/bench.log" || status=1
-whisper-spec bench "$speech/manifest.jsonl" --set librispeech --device $device --no-int8 --peers none "${wide[@]}" \
+whisper-spec bench "$speech/manifest.jsonl" --set librispeech --device $device --no-int8 --speculation on \
+  --peers none "${wide[@]}" \
   --output-dir "$out/wide_batches" 2>&1 | tee -a "$out/bench.log" || status=1
 python benchmarks/gpu_memory.py --device $device "${memory[@]}" --output "$out/memory.json" > /dev/null || status=1
 python benchmarks/gpu_summary.py "$out" | tee "$out/summary.md" || status=1
