@@ -33,7 +33,8 @@ def buffer_layout(decoder) -> tuple:
 
 
 class _Captured:
-    def __init__(self, fn: Callable[..., Tensor], inputs: tuple[Tensor, ...], pool):
+    def __init__(self, fn: Callable[..., Tensor | tuple[Tensor, ...]], inputs: tuple[Tensor, ...], pool):
+        self.fn = fn  # kept: the graph reads the tensors fn holds (rules' masks) where they were at capture
         self.inputs = tuple(x.clone() for x in inputs)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -44,11 +45,14 @@ class _Captured:
         with torch.cuda.graph(self.graph, pool=pool):
             self.output = fn(*self.inputs)
 
-    def __call__(self, inputs: tuple[Tensor, ...]) -> Tensor:
+    def __call__(self, inputs: tuple[Tensor, ...]) -> Tensor | tuple[Tensor, ...]:
         for static, x in zip(self.inputs, inputs):
             static.copy_(x)
         self.graph.replay()
-        return self.output.clone()  # the next replay overwrites the static output
+        # clones: the next replay overwrites the static outputs
+        if isinstance(self.output, tuple):
+            return tuple(x.clone() for x in self.output)
+        return self.output.clone()
 
 
 class StepGraphs:
@@ -63,7 +67,7 @@ class StepGraphs:
         # by buffer layout, oldest first: (that layout's pool, its graphs by step name and input shapes)
         self._layouts: dict[tuple, tuple[object, dict[tuple, _Captured]]] = {}
 
-    def __call__(self, name: str, fn: Callable[..., Tensor], *inputs: Tensor) -> Tensor:
+    def __call__(self, name, fn: Callable[..., Tensor | tuple[Tensor, ...]], *inputs: Tensor):
         if self.failed:
             return fn(*inputs)
         layout = buffer_layout(self.decoder())

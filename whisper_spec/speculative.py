@@ -156,17 +156,6 @@ def read_no_speech(context: Context, state: State, after_sot: Tensor) -> None:
                                                   and bool((state.no_speech > options.no_speech_threshold).any()))
 
 
-def _window_logits(context: Context, decoder, window: Tensor, positions: Tensor, compact: bool) -> Tensor:
-    """Logits at every position of the window, [batch, width, vocab] (compact: the draft
-    vocabulary's columns), replayed from a CUDA graph where enabled."""
-    def step(window: Tensor, positions: Tensor) -> Tensor:
-        return decoder.logits(decoder.features(window, positions), compact=compact)
-
-    if context.graphs:
-        return step_graphs(decoder)("compact" if compact else "full", step, window, positions)
-    return step(window, positions)
-
-
 def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple[Tensor, int]:
     """Up to k drafts per row from the assistant, written after the row's accepted tokens; in
     sampling, drawn at the uniform numbers the main model's tokens will be (sample_tokens).
@@ -321,10 +310,10 @@ def fixed_shape_decode(context: Context, state: State, stats: DecodingStats) -> 
         for _ in range(per_read):
             round_drafts = fixed_draft(context, state, k, first, stats) if k else state.draft_length.clamp(max=0)
             first = first and not k
-            logits = fixed_verify(context, state, stats)
-            scored = fixed_scored(state, k, round_drafts, logits.shape[1])
-            n_accepted, next_token, chosen = fixed_accept(context, state, k, round_drafts, logits, scored)
-            logprobs = fixed_logprobs(state, k, logits, scored, n_accepted, chosen) if state.sums_logprobs else None
+            chosen, window_logprobs = fixed_verify(context, state, stats)
+            scored = fixed_scored(state, k, round_drafts, chosen.shape[1])
+            n_accepted, next_token = fixed_accept(context, state, k, round_drafts, chosen, scored)
+            logprobs = fixed_logprobs(k, window_logprobs, scored, n_accepted) if state.sums_logprobs else None
             advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
         if adaptive:
             all_done, k = torch.stack([state.done.all().long(),
@@ -335,54 +324,91 @@ def fixed_shape_decode(context: Context, state: State, stats: DecodingStats) -> 
             return
 
 
+def _replay(context: Context, decoder, name: tuple, step, *inputs: Tensor):
+    """step(*inputs), replayed from a CUDA graph where enabled: name holds every value step bakes in
+    besides the decoder and its inputs, so a graph is replayed only where its step would compute
+    the same."""
+    if context.graphs:
+        return step_graphs(decoder)(name, step, *inputs)
+    return step(*inputs)
+
+
 def fixed_draft(context: Context, state: State, k: int, first: bool, stats: DecodingStats) -> Tensor:
     """k drafts per row from the assistant, as draft() writes them, in windows whose widths the host
     knows: the prompt in the first round; then 2 at a round's first step (the main model's token,
     and the last accepted draft where the assistant never saw it) and 1 after. A narrower row's
     window reaches back over cached positions. No row stops early (that would need a host read): a
-    row unsure of a draft verifies only the drafts before it (round_drafts). Returns each row's
-    drafts this round."""
+    row unsure of a draft verifies only the drafts before it (round_drafts). Each step, rules and
+    choice included, is one replay. Returns each row's drafts this round."""
     assistant, options, tokens = context.assistant, context.options, state.tokens
     rows = torch.arange(len(tokens), device=tokens.device)
-    draft_vocab = assistant.decoder.draft_vocab
     round_drafts = state.draft_length.clamp(max=k)
+    step = functools.partial(draft_step, context.draft_logits, assistant.decoder, context.draft_rules,
+                             context.temperature, context.n_ctx)
+    name = ("draft", context.draft_rules.key, context.temperature, context.n_ctx)
     for j in range(k):
         current = state.length + j
         width = (context.prompt_length if first else ASSISTANT_WIDTH) if j == 0 else 1
         window, positions = _window(tokens, (current - width).clamp(min=0), width)
-        if context.graphs:
-            logits = _window_logits(context, assistant.decoder, window, positions, compact=True)[:, -1]
-        else:
-            logits = context.draft_logits(assistant.decoder, window, positions, context.n_ctx)
-        logits = context.draft_rules(logits, tokens, current)
+        token, confidence = _replay(context, assistant.decoder, name, step, window, positions, tokens, current,
+                                    context.seeds)
         state.assistant_cached = current.clone()
-        if context.temperature == 0:
-            choice = logits.argmax(dim=-1)
-        else:
-            choice = sample_tokens(logits, context.temperature, position_uniforms(context.seeds, current))
-        tokens[rows, current] = choice if draft_vocab is None else draft_vocab[choice]
+        tokens[rows, current] = token
         stats.assistant_forwards += 1
         if options.draft_confidence > 0:
-            confidence = torch.softmax(logits / (context.temperature or 1.0), dim=-1).gather(1, choice[:, None])[:, 0]
-            round_drafts = torch.where(confidence < options.draft_confidence,
-                                       round_drafts.clamp(max=j + 1), round_drafts)
+            round_drafts = torch.where(confidence < options.draft_confidence, round_drafts.clamp(max=j + 1), round_drafts)
     return round_drafts
 
 
-def fixed_verify(context: Context, state: State, stats: DecodingStats) -> Tensor:
-    """The main decoder's processed logits on each row's window of context.fixed_width positions
-    from its last accepted token: [batch, width, vocab], column i for the token at length + i.
-    Every active row's keys and values are cached up to its last accepted token (prefill, then
-    advance), so that token starts the window."""
+def draft_step(draft_logits, decoder, rules: LogitRules, temperature: float, span: int, window: Tensor,
+               positions: Tensor, tokens: Tensor, current: Tensor, seeds: Tensor) -> tuple[Tensor, Tensor]:
+    """One draft per row after the window's last position: the token (an id of the whole
+    vocabulary) and the assistant's probability of it."""
+    logits = rules(draft_logits(decoder, window, positions, span), tokens, current)
+    if temperature == 0:
+        choice = logits.argmax(dim=-1)
+    else:
+        choice = sample_tokens(logits, temperature, position_uniforms(seeds, current))
+    confidence = torch.softmax(logits / (temperature or 1.0), dim=-1).gather(1, choice[:, None])[:, 0]
+    return (choice if decoder.draft_vocab is None else decoder.draft_vocab[choice]), confidence
+
+
+def fixed_verify(context: Context, state: State, stats: DecodingStats) -> tuple[Tensor, Tensor]:
+    """The main model's choice at each column of each row's window of context.fixed_width positions
+    from its last accepted token, and its log-probability: [batch, width] each, column i for the
+    token at length + i. Every active row's keys and values are cached up to its last accepted
+    token (prefill, then advance), so that token starts the window. One replay."""
     tokens, decoder, width = state.tokens, context.main.decoder, context.fixed_width
     window, positions = _window(tokens, (state.length - 1).clamp(min=0), width)
     stats.main_forwards += 1
-    logits = _window_logits(context, decoder, window, positions, compact=False)
+    step = functools.partial(verify_step, decoder, context.rules, context.temperature)
     if context.judges_silence and state.no_speech is None:  # a one-token prompt, which no prefill read
-        read_no_speech(context, state, logits[:, 0])
+        chosen, logprobs, after_sot = step(window, positions, tokens, context.seeds, with_after_sot=True)
+        read_no_speech(context, state, after_sot)
+        return chosen, logprobs
+    name = ("verify", context.rules.key, context.temperature)
+    return _replay(context, decoder, name, step, window, positions, tokens, context.seeds)
+
+
+def verify_step(decoder, rules: LogitRules, temperature: float, window: Tensor, positions: Tensor, tokens: Tensor,
+                seeds: Tensor, with_after_sot: bool = False) -> tuple[Tensor, ...]:
+    """The main decoder on the windows, its logits processed at every position, and at each the
+    token it chooses (argmax, or its draw at the position's uniform number) with that token's
+    log-probability, [batch, width] each; with_after_sot: also the raw logits at the first column."""
+    batch, width = window.shape
+    raw = decoder.logits(decoder.features(window, positions))
     # each position's logits are for the token after it
-    logits = context.rules(logits.flatten(0, 1), tokens.repeat_interleave(width, dim=0), (positions + 1).view(-1))
-    return logits.view(len(tokens), width, -1)
+    targets = (positions + 1).view(-1)
+    # expanded rather than repeat_interleave'd, which may read its output size back from the device
+    row_tokens = tokens[:, None].expand(-1, width, -1).reshape(batch * width, -1)
+    logits = rules(raw.flatten(0, 1), row_tokens, targets)
+    if temperature == 0:
+        chosen = logits.argmax(dim=-1)
+    else:
+        chosen = sample_tokens(logits, temperature, position_uniforms(seeds[:, None].expand(-1, width).reshape(-1), targets))
+    logprobs = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None])[:, 0]
+    out = chosen.view(batch, width), logprobs.view(batch, width)
+    return (*out, raw[:, 0]) if with_after_sot else out
 
 
 def fixed_scored(state: State, k: int, round_drafts: Tensor, width: int) -> Tensor:
@@ -392,30 +418,19 @@ def fixed_scored(state: State, k: int, round_drafts: Tensor, width: int) -> Tens
     return (steps <= round_drafts[:, None]) & (steps <= k) & ~state.done[:, None]
 
 
-def fixed_accept(context: Context, state: State, k: int, round_drafts: Tensor, logits: Tensor, scored: Tensor
-                 ) -> tuple[Tensor, Tensor, Tensor]:
-    """accept() on the whole window: the main model's choice at every column (argmax, or its draw
-    at the position's uniform number), then the drafts it agrees with. Returns n_accepted,
-    next_token and the choices, [batch, width]."""
-    batch, width = scored.shape
-    positions = state.length[:, None] + torch.arange(width, device=logits.device)
-    if context.temperature == 0:
-        chosen = logits.argmax(dim=-1)
-    else:
-        uniforms = position_uniforms(context.seeds[:, None].expand_as(positions), positions)
-        chosen = sample_tokens(logits.flatten(0, 1), context.temperature, uniforms.flatten()).view(batch, width)
+def fixed_accept(context: Context, state: State, k: int, round_drafts: Tensor, chosen: Tensor, scored: Tensor
+                 ) -> tuple[Tensor, Tensor]:
+    """accept() on the main model's choices at the window's columns (fixed_verify): the drafts it
+    agrees with, and its next token."""
+    steps = torch.arange(k + 1, device=chosen.device)
+    drafts = state.tokens.gather(1, state.length[:, None] + steps[:k])
     target = torch.where(scored, chosen, context.main.special.eot)[:, : k + 1]
-    drafts = state.tokens.gather(1, positions[:, :k])
-    eligible = torch.arange(k, device=logits.device) < round_drafts[:, None]
-    n_accepted, next_token = accept_greedy(target, drafts, eligible)
-    return n_accepted, next_token, chosen
+    return accept_greedy(target, drafts, steps[:k] < round_drafts[:, None])
 
 
-def fixed_logprobs(state: State, k: int, logits: Tensor, scored: Tensor, n_accepted: Tensor, chosen: Tensor
-                   ) -> Tensor:
-    """token_logprobs() on the whole window: [batch, k + 1], the main model's log-probability of
-    each token the round keeps (the accepted drafts, which equal its choices, then its next token)."""
-    steps = torch.arange(scored.shape[1], device=logits.device)
-    keeps = scored & (steps <= n_accepted[:, None])
-    logprobs = torch.log_softmax(logits, dim=-1).gather(2, chosen[:, :, None])[:, :, 0]
-    return torch.where(keeps, logprobs, 0.0)[:, : k + 1]
+def fixed_logprobs(k: int, logprobs: Tensor, scored: Tensor, n_accepted: Tensor) -> Tensor:
+    """token_logprobs() from the window's log-probabilities of the main model's choices: [batch,
+    k + 1], those of the tokens the round keeps (the accepted drafts, which equal its choices, then
+    its next token)."""
+    steps = torch.arange(scored.shape[1], device=logprobs.device)
+    return torch.where(scored & (steps <= n_accepted[:, None]), logprobs, 0.0)[:, : k + 1]
