@@ -30,6 +30,17 @@ def command_line_pair(*flags: str):
     return load_pair(**pair_args(build_parser().parse_args(["batch", "x", "-o", "y", *flags])))
 
 
+def parse_args(parser, **dry):
+    """The script's arguments; with --dry, dry's values replace theirs: a run on the fewest inputs that
+    checks the script itself in a minute or so (the test suite runs each maintained script so)."""
+    shown = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in dry.items())
+    parser.add_argument("--dry", action="store_true", help=f"check the script itself: as {shown}")
+    args = parser.parse_args()
+    if args.dry:
+        vars(args).update(dry)
+    return args
+
+
 def write_report(report: dict, output: Path | None) -> int:
     """Print the report as JSON and write it to output when given."""
     if output:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import SPEECH, manifest_rows, write_report
+from _common import SPEECH, manifest_rows, parse_args, write_report
 
 from whisper_spec.audio import batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info
@@ -190,7 +190,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--top", type=int, default=12, help="ops listed per step (default: %(default)s)")
     parser.add_argument("--output", type=Path, default=None)
-    args = parser.parse_args()
+    args = parse_args(parser, clips=4, repeats=1)
 
     clips = [SPEECH / r["path"] for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
     # float32 encoders where the decoder is measured: its steps read the encoder states only

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import command_line_pair, long_recordings, progress, write_report
+from _common import command_line_pair, long_recordings, parse_args, progress, write_report
 
 from whisper_spec.bench.metrics import longest_repeat, machine_info, word_error_rate
 from whisper_spec.options import DecodingOptions
@@ -39,11 +39,13 @@ def main() -> int:
     parser.add_argument("--set", dest="recordings", choices=("longform", "fleurs"), default="fleurs")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--float-decoders", action="store_true", help="float32 decoders (--no-int8) instead of int8")
+    parser.add_argument("--limit", type=int, default=None, help="first N recordings")
     parser.add_argument("--output", type=Path, default=None)
-    args = parser.parse_args()
+    args = parse_args(parser, limit=1, recordings="longform")
 
     workdir = tempfile.TemporaryDirectory()
     files, paths = long_recordings(args.recordings, Path(workdir.name))
+    files, paths = files[: args.limit], paths[: args.limit]
     pair = command_line_pair("--device", "cpu", *(["--no-int8"] if args.float_decoders else []))
     report = {"machine": machine_info(torch.device("cpu")), "set": args.recordings, "batch_size": args.batch_size,
               "decoders": "float32" if args.float_decoders else "int8",

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import SPEECH, manifest_rows, write_report  # noqa: E402
+from _common import SPEECH, manifest_rows, parse_args, write_report  # noqa: E402
 
 from whisper_spec.audio import load_audio  # noqa: E402
 from whisper_spec.bench.metrics import PeakMemory  # noqa: E402
@@ -58,7 +58,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--limit", type=int, default=8, help="LibriSpeech clips decoded (default: %(default)s)")
     parser.add_argument("--output", type=Path, default=None)
-    args = parser.parse_args()
+    args = parse_args(parser, limit=2)
     device = torch.device(args.device)
     clips = [SPEECH / r["path"] for r in manifest_rows() if r["set"] == "librispeech"][: args.limit]
     float_dtype = "float16" if device.type == "cuda" else "float32"

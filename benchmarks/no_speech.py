@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import soundfile
-from _common import SPEECH, manifest_rows, progress, write_report
+from _common import SPEECH, manifest_rows, parse_args, progress, write_report
 
 from whisper_spec.bench.metrics import machine_info, word_error_rate
 from whisper_spec.load import load_pair
@@ -48,8 +48,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="base")
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--limit", type=int, default=None, help="first N files of each speech set")
     parser.add_argument("--output", type=Path, default=None)
-    args = parser.parse_args()
+    args = parse_args(parser, limit=1)
 
     pair = load_pair(args.model, None)
     rule, no_rule = DecodingOptions(), DecodingOptions(no_speech_threshold=None)
@@ -65,7 +66,7 @@ def main() -> int:
     progress(report["sounds"])
     rows = manifest_rows()
     for name in SETS:
-        files = [r for r in rows if r["set"] == name]
+        files = [r for r in rows if r["set"] == name][: args.limit]
         paths = [SPEECH / r["path"] for r in files]
         languages = {str(p): r["language"] for p, r in zip(paths, files)}
         texts = {key: [t.text for t in transcribe(pair, paths, options, batch_size=args.batch_size,

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import SPEECH, manifest_rows, progress, write_report
+from _common import SPEECH, manifest_rows, parse_args, progress, write_report
 
 from whisper_spec.batch import job_outputs, run_batch
 from whisper_spec.bench.metrics import machine_info
@@ -37,7 +37,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=None, help="clips (default: all 78)")
     parser.add_argument("--output", type=Path, default=None)
-    args = parser.parse_args()
+    args = parse_args(parser, limit=2)
     import ray
 
     from whisper_spec.ray_batch import run_batch_ray

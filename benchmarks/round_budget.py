@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from _common import SPEECH, command_line_pair, manifest_rows, write_report
+from _common import SPEECH, command_line_pair, manifest_rows, parse_args, write_report
 from tqdm import tqdm
 
 import whisper_spec.decoding as decoding
@@ -108,7 +108,7 @@ def main() -> int:
     parser.add_argument("--clips", type=int, default=40, help="LibriSpeech clips (default: %(default)s)")
     parser.add_argument("--target", type=float, default=1.5, help="speedup in decoding seconds (default: %(default)s)")
     parser.add_argument("--output", type=Path, default=None)
-    args = parser.parse_args()
+    args = parse_args(parser, clips=2)
 
     rows = [r for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
     report = {"machine": machine_info(torch.device("cpu")), "clips": len(rows), "batch_size": 1, "precisions": {}}

@@ -21,7 +21,7 @@ import argparse
 from pathlib import Path
 
 import torch
-from _common import SPEECH, command_line_pair, manifest_rows, write_report
+from _common import SPEECH, command_line_pair, manifest_rows, parse_args, write_report
 from tqdm import tqdm
 
 from whisper_spec.audio import N_SAMPLES, batch_features, load_audio
@@ -47,7 +47,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N utterances")
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     parser.add_argument("--output", type=Path, default=None)
-    args = parser.parse_args()
+    args = parse_args(parser, limit=2, batch_sizes="2")
 
     long_form = args.set == "longform"
     sets = ("longform", "unlabeled_longform") if long_form else (args.set,)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import soundfile
 import torch
-from _common import SPEECH, write_report
+from _common import SPEECH, parse_args, write_report
 
 from whisper_spec.bench.metrics import machine_info
 
@@ -41,7 +41,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--compare", default="", help="command-line flags to time beside the default")
     parser.add_argument("--output", type=Path)
-    args = parser.parse_args()
+    args = parse_args(parser, runs=1)
     clip = SPEECH / CLIP
     compare = args.compare.split()
     with tempfile.TemporaryDirectory() as out:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import SPEECH, progress, write_report
+from _common import SPEECH, parse_args, progress, write_report
 
 from whisper_spec.bench.metrics import machine_info
 
@@ -49,7 +49,7 @@ def main() -> int:
     parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names of SETTINGS")
     parser.add_argument("--loads", default="idle,one core busy", help="comma-separated: idle, one core busy")
     parser.add_argument("--output", type=Path, default=None)
-    args = parser.parse_args()
+    args = parse_args(parser, repeats=1, settings="default", loads="idle")
     settings = args.settings.split(",")
     report = {"machine": machine_info(torch.device("cpu")), "repeats": args.repeats, "results": []}
     for load in args.loads.split(","):

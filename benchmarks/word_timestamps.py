@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import SPEECH, manifest_rows, progress, write_report
+from _common import SPEECH, manifest_rows, parse_args, progress, write_report
 
 from whisper_spec.bench.metrics import machine_info
 from whisper_spec.load import load_pair
@@ -38,11 +38,12 @@ def _key(word: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="base")
+    parser.add_argument("--limit", type=int, default=None, help="first N long-form files")
     parser.add_argument("--output", type=Path, default=None)
-    args = parser.parse_args()
+    args = parse_args(parser, limit=1)
     from faster_whisper import WhisperModel
 
-    files = [r for r in manifest_rows() if r["set"] == "longform" and "librispeech" in r["path"]]
+    files = [r for r in manifest_rows() if r["set"] == "longform" and "librispeech" in r["path"]][: args.limit]
     pair = load_pair(args.model, default_assistant(args.model))
     peer = WhisperModel(str(ct2_source(args.model)), device="cpu", compute_type="float32",
                         cpu_threads=torch.get_num_threads())

@@ -248,3 +248,24 @@ def test_gpu_check_script_runs_in_its_cpu_dry_mode(tmp_path):
     assert wide["check"]["passed"] and {"main b2", "speculative b2"} == {c["name"] for c in wide["configs"]}
     assert re.search(r"\| speculative b2 \| [\d.]+ \| [\d.]+ \| \d+ \|", summary), "no microseconds a token"
     assert re.search(r"\| int8: lower decoder weight memory \| \d+% \| >= 35% \|", summary)
+
+
+# each maintained benchmark (cited by the docs) and what its report must hold; longform.py and gpu.sh
+# (with gpu_memory.py and gpu_summary.py) have tests of their own above
+MAINTAINED = {"cpu_costs": "decoder", "startup": "median_seconds", "speculation_policy": "batch_sizes",
+              "round_budget": "precisions", "no_speech": "speech", "word_timestamps": "summary",
+              "fallback": "files", "threads": "results", "ray_scaling": "runs"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", list(MAINTAINED))
+def test_maintained_benchmarks_run_in_their_dry_mode(script, tmp_path):
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    output = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / f"{script}.py"), "--dry", "--output", str(output)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(output.read_text())
+    assert report["machine"] and report[MAINTAINED[script]], f"{script}: {sorted(report)}"

@@ -9,7 +9,7 @@
 # whose options were `--draft-vocab 16384 --steps 500` (give those to reproduce it).
 #   OUT=DIR      default benchmarks/results/distill_data_curve_cpu
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 source benchmarks/_shipped_recipe.sh
 speech=../shared/data/speech
 out=${OUT:-benchmarks/results/distill_data_curve_cpu}

@@ -5,7 +5,7 @@
 # machine's speed drifts between runs). Writes DIR/k<K>_c<C>/report.{json,md}.
 #   OUT=DIR      default benchmarks/results/draft_tuning_cpu
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${OUT:-benchmarks/results/draft_tuning_cpu}
 for setting in "4 0.8" "4 0.7" "6 0.8" "6 0.7" "8 0.6"; do
   set -- $setting

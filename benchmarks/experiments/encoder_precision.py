@@ -9,27 +9,30 @@ the next, such as a core's clock after AMX work) fall on all of them alike. Repo
 decoding and total seconds per pair, WER per pair and set, and how many transcripts differ from
 the float32 encoder's.
 
-    python benchmarks/encoder_precision.py --output benchmarks/results/encoder_precision_amx_cpu.json
+    python benchmarks/experiments/encoder_precision.py --output benchmarks/results/encoder_precision_amx_cpu.json
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
-from _common import SPEECH, manifest_rows, write_report
-from tqdm import tqdm
 
-from whisper_spec.audio import batch_features, load_audio
-from whisper_spec.bench.metrics import machine_info, word_error_rate
-from whisper_spec.decoding import decode_encoded
-from whisper_spec.encoding import encode
-from whisper_spec.load import DEFAULT_ASSISTANT, load_pair
-from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import decoder_precision, encoder_precision
-from whisper_spec.platform import default_precision
-from whisper_spec.stats import DecodingStats
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/_common.py
+from _common import SPEECH, manifest_rows, write_report  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from whisper_spec.audio import batch_features, load_audio  # noqa: E402
+from whisper_spec.bench.metrics import machine_info, word_error_rate  # noqa: E402
+from whisper_spec.decoding import decode_encoded  # noqa: E402
+from whisper_spec.encoding import encode  # noqa: E402
+from whisper_spec.load import DEFAULT_ASSISTANT, load_pair  # noqa: E402
+from whisper_spec.options import DecodingOptions  # noqa: E402
+from whisper_spec.pair import decoder_precision, encoder_precision  # noqa: E402
+from whisper_spec.platform import default_precision  # noqa: E402
+from whisper_spec.stats import DecodingStats  # noqa: E402
 
 
 def main() -> int:

@@ -9,28 +9,31 @@ drifts fall on all of them alike. Reports decoding seconds per configuration and
 over main-only for each pair, each pair's speculative output against its own main-only output
 (identical, token for token) and where the two pairs' transcripts differ.
 
-    python benchmarks/int8_rows.py --sets librispeech,fleurs_de,fleurs_es,fleurs_fr,fleurs_pt \
+    python benchmarks/experiments/int8_rows.py --sets librispeech,fleurs_de,fleurs_es,fleurs_fr,fleurs_pt \
         --output benchmarks/results/int8_rows_cpu.json
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import torch
-from _common import SPEECH, manifest_rows, write_report
-from tqdm import tqdm
 
-from whisper_spec.audio import batch_features, load_audio
-from whisper_spec.bench.metrics import machine_info
-from whisper_spec.decoding import decode_encoded
-from whisper_spec.encoding import encode
-from whisper_spec.load import DEFAULT_ASSISTANT, load_pair
-from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import decoder_precision
-from whisper_spec.stats import DecodingStats
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/_common.py
+from _common import SPEECH, manifest_rows, write_report  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from whisper_spec.audio import batch_features, load_audio  # noqa: E402
+from whisper_spec.bench.metrics import machine_info  # noqa: E402
+from whisper_spec.decoding import decode_encoded  # noqa: E402
+from whisper_spec.encoding import encode  # noqa: E402
+from whisper_spec.load import DEFAULT_ASSISTANT, load_pair  # noqa: E402
+from whisper_spec.options import DecodingOptions  # noqa: E402
+from whisper_spec.pair import decoder_precision  # noqa: E402
+from whisper_spec.stats import DecodingStats  # noqa: E402
 
 PRECISIONS = {"float32 rows, row-int8": "float32", "bfloat16 rows, aten int8pack_mm": "bfloat16"}
 

@@ -5,7 +5,7 @@
 #   OUT=DIR      where the job writes (default benchmarks/results/multilingual_batch_<device>; must not exist)
 # Extra arguments go to `whisper-spec batch`.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 device=$(python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')
 out=${OUT:-benchmarks/results/multilingual_batch_$device}
 if [ -e "$out" ]; then echo "$out exists: remove it or set OUT" >&2; exit 2; fi

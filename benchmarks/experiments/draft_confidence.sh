@@ -6,7 +6,7 @@
 # machine's speed drifts between runs). Writes DIR/<fleurs|librispeech>_c<C>/report.{json,md}.
 #   OUT=DIR      default benchmarks/results/draft_confidence_cpu
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${OUT:-benchmarks/results/draft_confidence_cpu}
 for confidence in 0.8 0.9 0.95; do
   for sets in fleurs_de,fleurs_es,fleurs_fr,fleurs_pt librispeech; do
