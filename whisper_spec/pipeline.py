@@ -105,6 +105,7 @@ class _File:
     audio: np.ndarray
     windows: list[_Window]
     chunked: bool  # speech chunks rather than windows one after another
+    long: bool  # longer than one window: one language for the whole file, and timestamps
     speech: list[tuple[int, int]] | None  # samples the voice activity detector found (padded), where it ran
     voiced: list[tuple[int, int]] = field(default_factory=list)  # the same, unpadded
     counted: int = 0  # samples reported to on_window, of a file decoded window after window
@@ -174,26 +175,28 @@ class _Job:
         """Plan a readable file's windows and queue them; returns their timestamp mode."""
         pair, options = self.pair, self.options
         file = self.files[index] = _plan(index, path, audio, self.chunking)
-        silent = [_silent(w.audio) for w in file.windows]
-        sound = [w for w, quiet in zip(file.windows, silent) if not quiet]
-        long = len(audio) > self.chunk
+        sound = [w for w in file.windows if not _silent(w.audio)]
         if language is not None:
             self.languages[path] = language
-        elif long and pair.main.special.multilingual and sound:
+        elif file.long and pair.main.special.multilingual and sound:
             # one language for the whole file, as Whisper does: windows decoded apart could disagree
             self.languages[path] = detect_languages(pair, pair_features(pair, [sound[0].audio])[0])[0]
-        timestamps = options.timestamps or long
+        timestamps = options.timestamps or file.long
         if not file.windows:  # no speech at all
             if self.on_window is not None:
                 self.on_window(file.duration)
             self.done[index] = _assemble(pair, self.files.pop(index), timestamps, options.compression_ratio_threshold,
                                          options.word_timestamps)
-        for window, quiet in zip(list(file.windows), silent):
-            if quiet:
-                self.finish(window, WindowResult([], None, False, DecodingStats(windows=1)), timestamps)
-            else:
-                self.pending[timestamps].append(window)
+        for window in list(file.windows):
+            self.queue(window, timestamps)
         return timestamps
+
+    def queue(self, window: _Window, timestamps: bool) -> None:
+        """Queue a window for decoding; a silent one is finished at once, with no text."""
+        if _silent(window.audio):
+            self.finish(window, WindowResult([], None, False, DecodingStats(windows=1)), timestamps)
+        else:
+            self.pending[timestamps].append(window)
 
     def flush(self, timestamps: bool) -> None:
         """Decode the next batch of windows of this timestamp mode."""
@@ -236,10 +239,7 @@ class _Job:
         if following is not None:
             file.windows.insert(file.windows.index(window) + 1, following)
             self.languages.setdefault(file.path, result.language)  # what follows is in the file's language
-            if _silent(following.audio):
-                self.finish(following, WindowResult([], None, False, DecodingStats(windows=1)), timestamps)
-            else:
-                self.pending[timestamps].append(following)
+            self.queue(following, timestamps)
         elif all(w.result is not None for w in file.windows):
             self.done[window.file] = _assemble(self.pair, self.files.pop(window.file), timestamps,
                                                self.options.compression_ratio_threshold, self.options.word_timestamps)
@@ -278,7 +278,7 @@ def _plan(index: int, path: str, audio: np.ndarray, chunking: ChunkingOptions) -
         voiced = speech_regions(audio, chunking.vad_options, chunking.chunk_length)
         speech = padded(voiced, chunking.vad_options.speech_pad, len(audio))
     if not chunked:
-        file = _File(path, audio, [], False, speech, voiced)
+        file = _File(path, audio, [], False, long, speech, voiced)
         start = _speech_from(file, 0)
         if start < len(audio):
             file.windows.append(_window_at(file, index, start, window))
@@ -288,7 +288,7 @@ def _plan(index: int, path: str, audio: np.ndarray, chunking: ChunkingOptions) -
     bounds = [0] + [a for a, _ in chunks[1:]] + [len(audio)]
     windows = [_Window(index, a, audio[a:b], (bounds[i + 1] - bounds[i]) / SAMPLE_RATE)
                for i, (a, b) in enumerate(chunks)]
-    return _File(path, audio, windows, True, speech, voiced)
+    return _File(path, audio, windows, True, long, speech, voiced)
 
 
 def _speech_from(file: _File, start: int) -> int:
