@@ -85,3 +85,41 @@ def test_a_fixed_shape_round_reads_nothing_back_but_whether_every_row_is_done(ro
             assert extra_reads >= 2 * extra_rounds
         else:
             assert extra_reads <= extra_rounds / rounds_per_read + 1
+
+
+def test_whole_rounds_replayed_as_graphs_would_give_the_same_tokens(monkeypatch):
+    """The control flow of CUDA graphs of whole rounds, on CPU: a stand-in capture runs the round as
+    the warm-up does and hands back a replay that runs the captured function again (what a graph
+    replay computes), the per-step graphs are stand-ins as well. Tokens and counts must be those of
+    step-by-step rounds, and from the second round on every round must be a replay."""
+    import whisper_spec.speculative as speculative
+
+    replays = []
+
+    class Replayed:
+        def __init__(self, run_round):
+            run_round()  # capture_round's warm-up is a real round
+            self.run_round = run_round
+
+        def replay(self):
+            replays.append(1)
+            self.run_round()
+
+    monkeypatch.setattr(speculative, "capture_round", Replayed)
+    monkeypatch.setattr(speculative, "step_graphs", lambda decoder: lambda name, step, *inputs: step(*inputs))
+    pair = random_pair()
+    torch.manual_seed(0)
+    mel = torch.randn(3, 80, 3000)
+    for options in (OPTIONS["greedy"], OPTIONS["sampling"], OPTIONS["confidence"]):
+        stepwise = fixed_shapes(pair, 2)
+        graphed = fixed_shapes(pair, 2)
+        graphed.platform = replace(graphed.platform, cuda_graphs=True)
+        for mode in (main_alone(options), options):
+            expected, expected_stats = decode_windows(stepwise, mel, mode, seeds=[0, 1, 2])
+            replays.clear()
+            results, stats = decode_windows(graphed, mel, mode, seeds=[0, 1, 2])
+            assert [r.tokens for r in results] == [r.tokens for r in expected]
+            assert (stats.main_forwards, stats.assistant_forwards, stats.accepted) == (
+                expected_stats.main_forwards, expected_stats.assistant_forwards, expected_stats.accepted)
+            # prefill, the first round and the captured one run as they are
+            assert replays and len(replays) == stats.main_forwards - 3

@@ -1,4 +1,4 @@
-"""CUDA graphs of decoder steps: a batch-1 step of a small decoder is a few hundred kernel launches
+"""CUDA graphs of decoder steps and of whole rounds: a batch-1 step of a small decoder is a few hundred kernel launches
 of microseconds each, so on a GPU the launches, not the arithmetic, set its time (gpt-fast's
 lesson). A step is captured once per input shape and replayed; replays run the captured kernels,
 so their results are the eager step's, bit for bit.
@@ -87,6 +87,38 @@ class StepGraphs:
                 self._layouts.clear()
                 return fn(*inputs)
         return captured(inputs)
+
+
+class RoundGraph:
+    """A whole decoding round captured as one CUDA graph (speculative.fixed_round): it reads and
+    writes the batch's state and the decoders' caches in place, so a replay is the next round, its
+    one launch in place of a round's hundreds. Captured per batch (the state is the batch's own),
+    in a private memory pool freed with it."""
+
+    def __init__(self, run_round: Callable[[], None]):
+        self.run_round = run_round  # kept: the graph reads the tensors it holds where they were at capture
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):  # recorded, not run: the state stays as it was
+            run_round()
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+def capture_round(run_round: Callable[[], None]) -> RoundGraph | None:
+    """Run one round (off the default stream, the warm-up CUDA graphs require) and capture it for
+    the rounds after; None, with a warning, where the capture fails: the rounds then run step by
+    step. An error of the round itself is raised."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run_round()
+    torch.cuda.current_stream().wait_stream(stream)
+    try:
+        return RoundGraph(run_round)
+    except Exception as error:  # noqa: BLE001 - any capture failure: step by step is always correct
+        warnings.warn(f"CUDA graphs turned off for whole rounds: capturing one failed ({error})", stacklevel=2)
+        return None
 
 
 _STEP_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

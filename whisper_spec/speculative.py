@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .graphs import step_graphs
+from .graphs import capture_round, step_graphs
 from .options import DecodingOptions
 from .pair import Whisper
 from .rows import LiveRows
@@ -176,7 +176,7 @@ def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple
         span = min(int(current.max()) + 1, context.n_ctx)
         logits = context.live.call(functools.partial(context.draft_logits, assistant.decoder), window, positions, span)
         logits = context.draft_rules(logits, tokens, current)
-        state.assistant_cached = current.clone()
+        state.assistant_cached.copy_(current)
         if context.temperature == 0:
             choice = logits.argmax(dim=-1)
         else:
@@ -274,15 +274,17 @@ def advance(context: Context, state: State, k: int, round_drafts: Tensor, n_acce
         # where, not a product: a rejected draft the rules forbid has log-probability -inf, and -inf * 0 is nan
         state.logprobs.scatter_(1, length[:, None] + steps, torch.where(steps < new[:, None], logprobs, 0.0))
 
-    state.main_cached = torch.where(active, length + n_accepted, state.main_cached)
-    state.assistant_cached = torch.minimum(state.assistant_cached, length + n_accepted)
-    state.length = length + new
-    state.hit_max |= active & ~ended & (state.length >= context.max_length)
-    state.done |= ended | (state.length >= context.max_length)
+    # in place, as every update of the state: a captured round (RoundGraph) reads and writes these tensors
+    state.main_cached.copy_(torch.where(active, length + n_accepted, state.main_cached))
+    state.assistant_cached.copy_(torch.minimum(state.assistant_cached, length + n_accepted))
+    new_length = length + new
+    state.hit_max |= active & ~ended & (new_length >= context.max_length)
+    state.done |= ended | (new_length >= context.max_length)
+    state.length.copy_(new_length)
     if adapt and context.options.adaptive_draft and context.assistant is not None:
         grown = torch.where(n_accepted >= round_drafts, state.draft_length + 2, (state.draft_length - 1).clamp(min=1))
-        state.draft_length = torch.where(active & state.drafting, grown.clamp(max=context.max_draft),
-                                         state.draft_length)
+        state.draft_length.copy_(torch.where(active & state.drafting, grown.clamp(max=context.max_draft),
+                                             state.draft_length))
 
 
 
@@ -295,26 +297,24 @@ def fixed_shape_decode(context: Context, state: State, stats: DecodingStats) -> 
     main call has the same shape in both modes, so a position's logits cannot depend on the mode (the
     prompt is prefilled alone, each round's window is right-padded to the widest round either mode
     can have, past the row's end where the cache holds stale drafts anyway, and every row stays in
-    the batch); and no host read inside a round: every tensor a round makes has a shape the host knows beforehand
-    ([batch, width] windows and logits, the round's k), so a GPU's queue never drains mid-round, and
-    the host reads whether every row is done once per context.rounds_per_read rounds (rounds after
-    a row's end leave it unchanged). With adaptive drafts it reads the next round's k with it, each
-    round. Every main call, rule and token choice runs on the whole [batch, width] window in both
-    modes, so no op's shape depends on the mode."""
+    the batch). Every main call, rule and token choice runs on the whole [batch, width] window in
+    both modes, so no op's shape depends on the mode.
+
+    And no host read inside a round: every tensor a round makes has a shape the host knows
+    beforehand, so a GPU's queue never drains mid-round, and the host reads whether every row is
+    done once per context.rounds_per_read rounds (rounds after a row's end leave it unchanged); with
+    adaptive drafts it reads the next round's k with it, each round. With CUDA graphs, from the
+    second round on a whole round is one graph (RoundGraph), replayed round after round."""
     prefill(context, state, stats)
     adaptive = context.drafts and context.options.adaptive_draft
     k = int(state.draft_length.max()) if context.drafts else 0
     per_read = 1 if adaptive else context.rounds_per_read
-    first = True
+    # the first round runs on its own: the assistant reads the prompt, the no-speech rule may read its logits
+    fixed_round(context, state, k, first=True)
+    stats.main_forwards, stats.assistant_forwards = stats.main_forwards + 1, stats.assistant_forwards + k
+    whole_rounds = context.graphs and not adaptive  # adaptive rounds change k, a graph's shape
+    round_graph = None
     while True:
-        for _ in range(per_read):
-            round_drafts = fixed_draft(context, state, k, first, stats) if k else state.draft_length.clamp(max=0)
-            first = first and not k
-            chosen, window_logprobs = fixed_verify(context, state, stats)
-            scored = fixed_scored(state, k, round_drafts, chosen.shape[1])
-            n_accepted, next_token = fixed_accept(context, state, k, round_drafts, chosen, scored)
-            logprobs = fixed_logprobs(k, window_logprobs, scored, n_accepted) if state.sums_logprobs else None
-            advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
         if adaptive:
             all_done, k = torch.stack([state.done.all().long(),
                                        torch.where(state.done, 0, state.draft_length).max()]).tolist()
@@ -322,18 +322,38 @@ def fixed_shape_decode(context: Context, state: State, stats: DecodingStats) -> 
             all_done = bool(state.done.all())
         if all_done:
             return
+        for _ in range(per_read):
+            if round_graph is not None:
+                round_graph.replay()
+            elif whole_rounds:  # runs the round once, then captures it
+                round_graph = capture_round(functools.partial(fixed_round, context, state, k, first=False, direct=True))
+                whole_rounds = round_graph is not None
+            else:
+                fixed_round(context, state, k, first=False)
+            stats.main_forwards, stats.assistant_forwards = stats.main_forwards + 1, stats.assistant_forwards + k
 
 
-def _replay(context: Context, decoder, name: tuple, step, *inputs: Tensor):
-    """step(*inputs), replayed from a CUDA graph where enabled: name holds every value step bakes in
-    besides the decoder and its inputs, so a graph is replayed only where its step would compute
-    the same."""
-    if context.graphs:
+def fixed_round(context: Context, state: State, k: int, first: bool, direct: bool = False) -> None:
+    """One fixed-shape round on the state, in place. direct: its steps run as they are, not
+    replayed from graphs of their own (inside a graph of the whole round)."""
+    round_drafts = fixed_draft(context, state, k, first, direct) if k else state.draft_length.clamp(max=0)
+    chosen, window_logprobs = fixed_verify(context, state, direct)
+    scored = fixed_scored(state, k, round_drafts, chosen.shape[1])
+    n_accepted, next_token = fixed_accept(context, state, k, round_drafts, chosen, scored)
+    logprobs = fixed_logprobs(k, window_logprobs, scored, n_accepted) if state.sums_logprobs else None
+    advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
+
+
+def _replay(context: Context, decoder, name: tuple, step, *inputs: Tensor, direct: bool = False):
+    """step(*inputs), replayed from a CUDA graph where enabled (and not direct): name holds every
+    value step bakes in besides the decoder and its inputs, so a graph is replayed only where its
+    step would compute the same."""
+    if context.graphs and not direct:
         return step_graphs(decoder)(name, step, *inputs)
     return step(*inputs)
 
 
-def fixed_draft(context: Context, state: State, k: int, first: bool, stats: DecodingStats) -> Tensor:
+def fixed_draft(context: Context, state: State, k: int, first: bool, direct: bool = False) -> Tensor:
     """k drafts per row from the assistant, as draft() writes them, in windows whose widths the host
     knows: the prompt in the first round; then 2 at a round's first step (the main model's token,
     and the last accepted draft where the assistant never saw it) and 1 after. A narrower row's
@@ -351,10 +371,9 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, stats: Deco
         width = (context.prompt_length if first else ASSISTANT_WIDTH) if j == 0 else 1
         window, positions = _window(tokens, (current - width).clamp(min=0), width)
         token, confidence = _replay(context, assistant.decoder, name, step, window, positions, tokens, current,
-                                    context.seeds)
-        state.assistant_cached = current.clone()
+                                    context.seeds, direct=direct)
+        state.assistant_cached.copy_(current)
         tokens[rows, current] = token
-        stats.assistant_forwards += 1
         if options.draft_confidence > 0:
             round_drafts = torch.where(confidence < options.draft_confidence, round_drafts.clamp(max=j + 1), round_drafts)
     return round_drafts
@@ -373,21 +392,20 @@ def draft_step(draft_logits, decoder, rules: LogitRules, temperature: float, spa
     return (choice if decoder.draft_vocab is None else decoder.draft_vocab[choice]), confidence
 
 
-def fixed_verify(context: Context, state: State, stats: DecodingStats) -> tuple[Tensor, Tensor]:
+def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[Tensor, Tensor]:
     """The main model's choice at each column of each row's window of context.fixed_width positions
     from its last accepted token, and its log-probability: [batch, width] each, column i for the
     token at length + i. Every active row's keys and values are cached up to its last accepted
     token (prefill, then advance), so that token starts the window. One replay."""
     tokens, decoder, width = state.tokens, context.main.decoder, context.fixed_width
     window, positions = _window(tokens, (state.length - 1).clamp(min=0), width)
-    stats.main_forwards += 1
     step = functools.partial(verify_step, decoder, context.rules, context.temperature)
     if context.judges_silence and state.no_speech is None:  # a one-token prompt, which no prefill read
         chosen, logprobs, after_sot = step(window, positions, tokens, context.seeds, with_after_sot=True)
         read_no_speech(context, state, after_sot)
         return chosen, logprobs
     name = ("verify", context.rules.key, context.temperature)
-    return _replay(context, decoder, name, step, window, positions, tokens, context.seeds)
+    return _replay(context, decoder, name, step, window, positions, tokens, context.seeds, direct=direct)
 
 
 def verify_step(decoder, rules: LogitRules, temperature: float, window: Tensor, positions: Tensor, tokens: Tensor,
