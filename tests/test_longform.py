@@ -83,6 +83,23 @@ def test_voice_activity_finds_speech_and_not_the_pauses():
     assert all(a / S >= 3 - 0.5 and b / S <= second[1] + 0.5 for a, b in regions), regions
 
 
+def _quieter(audio: np.ndarray, peak: float) -> np.ndarray:
+    return audio * (peak / np.abs(audio).max())
+
+
+def test_voice_activity_hears_a_quiet_speaker_after_a_loud_one():
+    """Silero's state, carried from loud speech, misses a quieter speaker (FLEURS en joined lost 5 s
+    so); the stretches it heard nothing in are heard again on their own."""
+    loud, quiet = (_utterance(p) for p in ("librispeech/test-clean/1089-134686-0001.flac",
+                                           "librispeech/test-clean/1221-135766-0001.flac"))
+    for peak in (0.005, 0.001):
+        audio = np.concatenate([loud, np.zeros(S // 2, np.float32), _quieter(quiet, peak)])
+        regions = speech_regions(audio, VadOptions(), 30.0)
+        start = len(loud) + S // 2
+        heard = sum(max(0, min(b, len(audio)) - max(a, start)) for a, b in regions)
+        assert heard >= 0.8 * len(quiet), (peak, regions)
+
+
 # Joined recordings of shared utterances, as a user's long file: (utterances, leading seconds, pauses
 # between them, quiet tail). The first is issue 43's: six clips joined, cut at 5.79 s and 60 s later.
 UNLABELED = "unlabeled/librispeech-train-clean-100/"
@@ -109,6 +126,12 @@ def _recordings():
     yield "issue 43's 60 s", joined, [p for p in repro_parts if len(p) > S]
     yield "leading silence, short pauses, quiet tail", *_joined(parts, 7.0, [0.3, 1.2, 0.6], 12.0)
     yield "long pauses", *_joined(parts[:4], 0.0, [4.0, 11.0, 2.5], 3.0)
+    yield QUIET_SPEAKER, *_joined(parts[:2] + [_quieter(parts[2], 0.01)] + parts[3:5], 0.0, [0.5, 1.5], 1.0)
+
+
+# speech chunks only: a window of windows one after another that starts on the quiet speaker and
+# runs into loud speech loses most of both (base writes "Chapter 99 The Law" over 26 s; docs/usage.md)
+QUIET_SPEAKER = "a quiet speaker after loud ones"
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +161,8 @@ def joined_recordings(tmp_path_factory):
 def test_joined_recordings_keep_every_word(base_pair, joined_recordings, mode):
     options = DecodingOptions(language="en")
     for name, path, parts in joined_recordings:
+        if name == QUIET_SPEAKER and mode == "sequential":
+            continue
         alone = " ".join(r.text for r in transcribe(base_pair, parts, main_alone(options)))
         main_only, speculative = (next(transcribe(base_pair, [path], mode_options, chunking=MODES[mode]))
                                   for mode_options in (main_alone(options), options))

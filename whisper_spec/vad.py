@@ -92,9 +92,29 @@ def _segmentation():
     return get_speech_timestamps_from_probs
 
 
+# Silero carries its state along a whole recording, and after loud speech it misses a quiet speaker
+# (decisions, "Long audio: VAD chunks"): each stretch of at least RELISTEN_SECONDS where it heard
+# none is heard again on its own, its loudest sample brought up to RELISTEN_PEAK by at most RELISTEN_GAIN
+RELISTEN_SECONDS, RELISTEN_PEAK, RELISTEN_GAIN = 1.0, 0.3, 100.0
+SILENT_PEAK = 1e-4  # a stretch quieter than this throughout (-80 dBFS) holds nothing to hear again
+
+
 def speech_regions(audio: np.ndarray, options: VadOptions, longest: float) -> list[tuple[int, int]]:
     """(start, end) samples of the speech in audio, none longer than `longest` seconds once padded
     (longer speech is split at its longest short pause, as Silero does)."""
+    found = _regions(audio, options, longest)
+    again = []
+    for start, end in zip([0] + [e for _, e in found], [s for s, _ in found] + [len(audio)]):
+        part = audio[start:end]
+        peak = float(np.abs(part).max(initial=0.0))
+        if end - start >= RELISTEN_SECONDS * SAMPLE_RATE and peak >= SILENT_PEAK:
+            gain = min(max(RELISTEN_PEAK / peak, 1.0), RELISTEN_GAIN)
+            again += [(start + s, start + e) for s, e in _regions(part * gain, options, longest)]
+    return sorted(found + again)
+
+
+def _regions(audio: np.ndarray, options: VadOptions, longest: float) -> list[tuple[int, int]]:
+    """Silero's speech in audio, heard from its start with a fresh state."""
     found = _segmentation()(
         speech_probabilities(audio), sampling_rate=SAMPLE_RATE, threshold=options.threshold,
         min_speech_duration_ms=round(options.min_speech * 1000), min_silence_duration_ms=round(options.min_silence * 1000),
