@@ -23,6 +23,17 @@ class AudioError(ValueError):
     """An audio file that cannot be used; the message names the file and the problem."""
 
 
+# A stretch whose every sample lies below -80 dBFS is digital silence (padding, a muted input): it is
+# neither decoded nor listened to for speech. Quieter rooms and noise are judged by Whisper's no-speech
+# rule (DecodingOptions).
+SILENCE_PEAK = 1e-4
+
+
+def peak(audio: np.ndarray) -> float:
+    """The largest sample magnitude (0 for no samples)."""
+    return float(np.abs(audio).max(initial=0.0))
+
+
 def load_audio(path: str | Path) -> np.ndarray:
     """Decode a file to 16 kHz mono float32, resampling and downmixing: libsndfile's formats (wav,
     flac, ogg, mp3, ...), else the first audio track of any container ffmpeg reads (m4a, mp4, webm, ...)."""

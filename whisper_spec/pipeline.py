@@ -22,7 +22,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .audio import SAMPLE_RATE, AudioError, load_audio
+from .audio import SAMPLE_RATE, SILENCE_PEAK, AudioError, load_audio, peak
 from .decoding import decode_windows
 from .encoding import detect_languages, pair_features
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
@@ -32,10 +32,6 @@ from .segments import Segment, window_segments
 from .stats import DecodingStats
 from .timing import Word, word_timings
 from .vad import clamp_to_speech, padded, plan_chunks, speech_regions
-
-# A window whose every sample lies below -80 dBFS is digital silence (padding, a muted input): it
-# is not even decoded. Quieter rooms and noise are judged by Whisper's no-speech rule (DecodingOptions).
-SILENCE_PEAK = 1e-4
 
 # Whisper often ends a window's text early, before speech that is still in the window: when its last
 # segment ends this many seconds or more before the window does, the rest is decoded as a window of
@@ -317,7 +313,7 @@ def _pause_before(file: _File, window: _Window, resume: int) -> int:
 
 
 def _silent(audio: np.ndarray) -> bool:
-    return float(np.abs(audio).max(initial=0.0)) < SILENCE_PEAK
+    return peak(audio) < SILENCE_PEAK
 
 
 def _window_segments(pair: WhisperPair, window: _Window, timestamps: bool) -> list[Segment]:

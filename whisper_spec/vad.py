@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .audio import SAMPLE_RATE
+from .audio import SAMPLE_RATE, SILENCE_PEAK, peak
 from .options import VadOptions
 
 VAD_FRAME = 512  # samples Silero VAD scores at a time at 16 kHz
@@ -96,7 +96,6 @@ def _segmentation():
 # (decisions, "Long audio: VAD chunks"): each stretch of at least RELISTEN_SECONDS where it heard
 # none is heard again on its own, its loudest sample brought up to RELISTEN_PEAK by at most RELISTEN_GAIN
 RELISTEN_SECONDS, RELISTEN_PEAK, RELISTEN_GAIN = 1.0, 0.3, 100.0
-SILENT_PEAK = 1e-4  # a stretch quieter than this throughout (-80 dBFS) holds nothing to hear again
 
 
 def speech_regions(audio: np.ndarray, options: VadOptions, longest: float) -> list[tuple[int, int]]:
@@ -105,10 +104,12 @@ def speech_regions(audio: np.ndarray, options: VadOptions, longest: float) -> li
     found = _regions(audio, options, longest)
     again = []
     for start, end in zip([0] + [e for _, e in found], [s for s, _ in found] + [len(audio)]):
+        if end - start < RELISTEN_SECONDS * SAMPLE_RATE:
+            continue
         part = audio[start:end]
-        peak = float(np.abs(part).max(initial=0.0))
-        if end - start >= RELISTEN_SECONDS * SAMPLE_RATE and peak >= SILENT_PEAK:
-            gain = min(max(RELISTEN_PEAK / peak, 1.0), RELISTEN_GAIN)
+        loudest = peak(part)
+        if loudest >= SILENCE_PEAK:
+            gain = min(max(RELISTEN_PEAK / loudest, 1.0), RELISTEN_GAIN)
             again += [(start + s, start + e) for s, e in _regions(part * gain, options, longest)]
     return sorted(found + again)
 
