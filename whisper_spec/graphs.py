@@ -32,15 +32,20 @@ def buffer_layout(decoder) -> tuple:
     return tuple(layout)
 
 
+def _warm_up(fn: Callable, *inputs: Tensor) -> None:
+    """fn(*inputs) once off the default stream, as CUDA graphs require before a capture."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn(*inputs)
+    torch.cuda.current_stream().wait_stream(stream)
+
+
 class _Captured:
     def __init__(self, fn: Callable[..., Tensor | tuple[Tensor, ...]], inputs: tuple[Tensor, ...], pool):
         self.fn = fn  # kept: the graph reads the tensors fn holds (rules' masks) where they were at capture
         self.inputs = tuple(x.clone() for x in inputs)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up off the capture, as CUDA graphs require
-            fn(*self.inputs)
-        torch.cuda.current_stream().wait_stream(stream)
+        _warm_up(fn, *self.inputs)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=pool):
             self.output = fn(*self.inputs)
@@ -106,14 +111,9 @@ class RoundGraph:
 
 
 def capture_round(run_round: Callable[[], None]) -> RoundGraph | None:
-    """Run one round (off the default stream, the warm-up CUDA graphs require) and capture it for
-    the rounds after; None, with a warning, where the capture fails: the rounds then run step by
-    step. An error of the round itself is raised."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        run_round()
-    torch.cuda.current_stream().wait_stream(stream)
+    """Run one round (the warm-up) and capture it for the rounds after; None, with a warning, where
+    the capture fails: the rounds then run step by step. An error of the round itself is raised."""
+    _warm_up(run_round)
     try:
         return RoundGraph(run_round)
     except Exception as error:  # noqa: BLE001 - any capture failure: step by step is always correct
