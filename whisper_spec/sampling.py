@@ -43,6 +43,15 @@ def sample_tokens(logits: Tensor, temperature: float, uniforms: Tensor) -> Tenso
     return torch.searchsorted(cumulative, targets)[:, 0]
 
 
+def choose_tokens(logits: Tensor, temperature: float, seeds: Tensor, positions: Tensor) -> Tensor:
+    """Per row of logits ([n, vocab]), the token its position takes: the argmax at temperature 0,
+    else the draw at the uniform number of the row's seed and position (sample_tokens). seeds,
+    positions: [n]."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    return sample_tokens(logits, temperature, position_uniforms(seeds, positions))
+
+
 def row_seeds(seed: int, window_seeds: list[int], device: torch.device) -> Tensor:
     """Per row, what its uniform numbers derive from: the options' seed mixed with the window's."""
     return _hash32((_hash32(torch.tensor(seed, device=device) & _UINT32)

@@ -29,7 +29,7 @@ from .options import DecodingOptions
 from .pair import Whisper
 from .rows import LiveRows
 from .rules import LogitRules
-from .sampling import position_uniforms, sample_tokens
+from .sampling import choose_tokens, position_uniforms, sample_tokens
 from .stats import DecodingStats
 
 # fixed shapes: the assistant's window at a round's first step, the main model's token and the last
@@ -177,10 +177,7 @@ def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple
         logits = context.live.call(functools.partial(context.draft_logits, assistant.decoder), window, positions, span)
         logits = context.draft_rules(logits, tokens, current)
         state.assistant_cached.copy_(current)
-        if context.temperature == 0:
-            choice = logits.argmax(dim=-1)
-        else:
-            choice = sample_tokens(logits, context.temperature, position_uniforms(context.seeds, current))
+        choice = choose_tokens(logits, context.temperature, context.seeds, current)
         tokens[rows, current] = choice if draft_vocab is None else draft_vocab[choice]
         stats.assistant_forwards += 1
         if options.draft_confidence > 0:
@@ -287,8 +284,6 @@ def advance(context: Context, state: State, k: int, round_drafts: Tensor, n_acce
                                              state.draft_length))
 
 
-
-
 # ---------------------------------------------------------------------------- fixed shapes, no host reads
 
 
@@ -384,10 +379,7 @@ def draft_step(draft_logits, decoder, rules: LogitRules, temperature: float, spa
     """One draft per row after the window's last position: the token (an id of the whole
     vocabulary) and the assistant's probability of it."""
     logits = rules(draft_logits(decoder, window, positions, span), tokens, current)
-    if temperature == 0:
-        choice = logits.argmax(dim=-1)
-    else:
-        choice = sample_tokens(logits, temperature, position_uniforms(seeds, current))
+    choice = choose_tokens(logits, temperature, seeds, current)
     confidence = torch.softmax(logits / (temperature or 1.0), dim=-1).gather(1, choice[:, None])[:, 0]
     return (choice if decoder.draft_vocab is None else decoder.draft_vocab[choice]), confidence
 
@@ -420,10 +412,7 @@ def verify_step(decoder, rules: LogitRules, temperature: float, window: Tensor, 
     # expanded rather than repeat_interleave'd, which may read its output size back from the device
     row_tokens = tokens[:, None].expand(-1, width, -1).reshape(batch * width, -1)
     logits = rules(raw.flatten(0, 1), row_tokens, targets)
-    if temperature == 0:
-        chosen = logits.argmax(dim=-1)
-    else:
-        chosen = sample_tokens(logits, temperature, position_uniforms(seeds[:, None].expand(-1, width).reshape(-1), targets))
+    chosen = choose_tokens(logits, temperature, seeds[:, None].expand(-1, width).reshape(-1), targets)
     logprobs = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None])[:, 0]
     out = chosen.view(batch, width), logprobs.view(batch, width)
     return (*out, raw[:, 0]) if with_after_sot else out
