@@ -251,7 +251,7 @@ def cmd_distill(args) -> int:
         torch.set_num_threads(args.threads)
     init_layers = tuple(int(i) for i in args.init_layers.split(",")) if args.init_layers else None
     options = _options(
-        DistillOptions, layers=len(init_layers) if init_layers else args.layers, init_layers=init_layers,
+        DistillOptions, layers=len(init_layers) if init_layers else args.layers, init_layers=init_layers, head=args.head,
         draft_vocab=args.draft_vocab, steps=args.steps, batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, held_out=args.held_out,
         eval_every=args.eval_every, seed=args.seed, join=args.join, augment=args.augment, shifts=args.shifts,
@@ -278,6 +278,9 @@ def cmd_export(args) -> int:
     if not is_distilled_assistant(Path(args.assistant)):
         raise ValueError(f"{args.assistant}: not a distilled assistant directory (no assistant.json)")
     pair = load_pair(args.main, args.assistant, assistant_int8=False)  # its stored weights
+    if pair.assistant.is_draft_head:
+        raise ValueError(f"{args.assistant}: a draft head reads the main decoder's hidden states; "
+                         "transformers' assisted generation cannot run it")
     path = save_model(pair.assistant, args.output, decoder_only=True, dtype=as_dtype(args.dtype))
     print(f"wrote {path} (WhisperForCausalLM, {pair.assistant.dims.n_text_layer} layers)", file=sys.stderr)
     return 0

@@ -247,6 +247,9 @@ def _add_distill_parser(sub) -> None:
     train = distill.add_argument_group("training")
     train.add_argument("--layers", type=int, default=DistillOptions.layers,
                        help="assistant decoder layers (default: %(default)s)")
+    train.add_argument("--head", action="store_true",
+                       help="train a draft head: layers that read the main decoder's final hidden states beside each "
+                            "token (EAGLE), started from the main decoder's last layers")
     train.add_argument("--init-layers", default=None,
                        help="comma-separated main layers to start from (default: spread, first and last kept)")
     train.add_argument("--draft-vocab", type=int, default=DistillOptions.draft_vocab,

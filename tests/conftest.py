@@ -12,9 +12,9 @@ import torch
 
 from whisper_spec.audio import load_audio, log_mel_spectrogram, pad_or_trim
 from whisper_spec.load import load_pair
-from whisper_spec.model import Decoder, Encoder, ModelDims
+from whisper_spec.model import Decoder, DraftHead, Encoder, ModelDims
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import Whisper, WhisperPair
+from whisper_spec.pair import Whisper, WhisperPair, share_main_modules
 from whisper_spec.tokenizer import SpecialTokens
 
 # WHISPER_SPEC_SPEECH: where the shared speech set is not beside the checkout (the GPU machine)
@@ -89,3 +89,21 @@ def perturbed_decoder(model: Whisper, noise: float, seed: int) -> Whisper:
         for p in decoder.parameters():
             p.add_(torch.randn_like(p) * noise * p.std().clamp(min=1e-3))
     return Whisper(f"{model.name}+noise{noise}", model.path, model.dims, model.special, None, decoder.eval(), None)
+
+
+def random_head(model: Whisper, seed: int, noise: float = 0.0) -> Whisper:
+    """A one-layer draft head for model (model.DraftHead), its layer model's last one, fusing the
+    hidden state before a token with the token's embedding at random; it shares model's embedding,
+    output rows and last cross-attention projection. Untrained: it agrees with model by chance."""
+    torch.manual_seed(seed)
+    last = model.dims.n_text_layer - 1
+    dims = replace(model.dims, n_text_layer=1)
+    head = DraftHead(dims)
+    with torch.no_grad():
+        head.blocks[0].load_state_dict(model.decoder.blocks[last].state_dict())
+        head.positional_embedding.copy_(model.decoder.positional_embedding)
+        head.ln.load_state_dict(model.decoder.ln.state_dict())
+        for p in head.parameters():
+            p.add_(torch.randn_like(p) * noise * p.std().clamp(min=1e-3))
+    share_main_modules(head, model.decoder, [last], torch.arange(model.dims.n_vocab))
+    return Whisper(f"{model.name}+head", model.path, dims, model.special, None, head.eval(), None)

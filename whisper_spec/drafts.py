@@ -8,10 +8,16 @@ import warnings
 from torch import Tensor
 
 
-def draft_logits(decoder, window: Tensor, positions: Tensor, span: int) -> Tensor:
+def draft_logits(decoder, window: Tensor, positions: Tensor, span: int, before: Tensor | None = None
+                 ) -> Tensor | tuple[Tensor, Tensor]:
     """An assistant's logits on its draft vocabulary after each row's last position, [batch,
-    columns]; attention spans the first span cache positions."""
-    return decoder.logits(decoder.features(window, positions, span)[:, -1], compact=True)
+    columns]; attention spans the first span cache positions. A draft head (model.DraftHead) reads
+    before, the hidden states at the positions before the window's, and also returns its hidden
+    state at the last position, which its next step reads."""
+    if before is None:
+        return decoder.logits(decoder.features(window, positions, span)[:, -1], compact=True)
+    hidden = decoder.features(window, positions, span, before=before)[:, -1]
+    return decoder.logits(hidden, compact=True), hidden
 
 
 @functools.cache
@@ -29,7 +35,8 @@ def _compiled_draft_logits():
 _COMPILE_FAILED: list[str] = []  # why drafts went back to eager, once a compilation failed
 
 
-def compiled_draft_logits(decoder, window: Tensor, positions: Tensor, span: int) -> Tensor:
+def compiled_draft_logits(decoder, window: Tensor, positions: Tensor, span: int, before: Tensor | None = None
+                          ) -> Tensor | tuple[Tensor, Tensor]:
     """draft_logits through torch.compile (DecodingOptions.compile_drafts): the step's ~750 small
     ops fused into a few kernels around the matmuls. Its drafts may differ from eager ones in the
     last bits (fused arithmetic); they are proposals, each verified by the main model, so the
@@ -39,8 +46,8 @@ def compiled_draft_logits(decoder, window: Tensor, positions: Tensor, span: int)
     compilation fails (no C++ compiler), eager, with a warning."""
     if window.shape[1] == 1 and not _COMPILE_FAILED:
         try:
-            return _compiled_draft_logits()(decoder, window, positions, span)
+            return _compiled_draft_logits()(decoder, window, positions, span, before)
         except Exception as error:  # noqa: BLE001 - any compiler failure: the eager step is the same function
             _COMPILE_FAILED.append(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
             warnings.warn(f"compiled drafts unavailable, drafting eagerly ({_COMPILE_FAILED[0]})", stacklevel=2)
-    return draft_logits(decoder, window, positions, span)
+    return draft_logits(decoder, window, positions, span, before)

@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 
 from . import quantize
 from .checkpoint import Checkpoint, read_dims, save_safetensors, to_ours
-from .model import Decoder, Encoder, Linear, ModelDims
+from .model import Decoder, DraftHead, Encoder, Linear, ModelDims
 from .options import DTYPES, ENCODER_PRECISIONS
 from .pair import (
     ASSISTANT_CONFIG,
@@ -265,7 +265,7 @@ def load_distilled(path: Path, main: Whisper, dtype, device, int8: bool = False)
         float_state = state
         state = cached_int8("decoder", [weights], lambda: quantize_decoder_state(float_state))
     with torch.device("meta"):
-        decoder = Decoder(dims)
+        decoder = DraftHead(dims) if config.get("kind") == "head" else Decoder(dims)
     int8_modules(decoder, state)
     decoder.load_state_dict(_placed(state, dtype, device), strict=False, assign=True)
     decoder.requires_grad_(False)

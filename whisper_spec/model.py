@@ -398,12 +398,17 @@ class Decoder(nn.Module):
         needed for the length. Only an assistant, whose drafts need not be exact, passes a span.
         cross_scores: a list that gets each block's cross-attention scores, [batch, head, T, frames].
         """
+        x = cast(self.token_embedding(tokens), self.dtype)  # an assistant may share a main embedding of another dtype
+        return self.through_blocks(x, positions, span, cross_scores)
+
+    def through_blocks(self, x: Tensor, positions: Tensor, span: int | None = None,
+                       cross_scores: list | None = None) -> Tensor:
+        """Inputs [batch, T, d_model] (before the positional embedding) -> final hidden states."""
         cache = self.blocks[0].attn.kv_cache
-        kv_len = (span or cache.k.shape[2]) if cache is not None else tokens.shape[1]
-        blocked = torch.arange(kv_len, device=tokens.device) > positions[:, None, :, None]
+        kv_len = (span or cache.k.shape[2]) if cache is not None else x.shape[1]
+        blocked = torch.arange(kv_len, device=x.device) > positions[:, None, :, None]
         # training, whole-sequence scoring and an assistant's drafts need no exactness across call shapes
         exact_queries = self.exact_queries if cache is not None and span is None else None
-        x = cast(self.token_embedding(tokens), self.dtype)  # an assistant may share a main embedding of another dtype
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
         for block in self.blocks:
             x = block(x, positions, blocked, exact_queries, cross_scores)
@@ -427,3 +432,23 @@ class Decoder(nn.Module):
         """tokens, positions: [batch, T] -> logits [batch, n_logits or T, vocab] in float32."""
         x = self.features(tokens, positions, span)
         return self.logits(x if n_logits is None else x[:, -n_logits:])
+
+
+class DraftHead(Decoder):
+    """A draft head (EAGLE, Li et al. 2024): a decoder of a layer or two whose input at each position
+    is its token's embedding fused with the main decoder's final hidden state at the position before,
+    and which predicts that state at its own position. Drafting past the main model's last verified
+    position, it reads its own predictions instead (speculative.draft). It shares the main model's
+    embedding, output rows and cross-attention key/value projections (pair.share_main_modules)."""
+
+    def __init__(self, dims: ModelDims):
+        super().__init__(dims)
+        self.fuse = Linear(2 * dims.d_model, dims.d_model)
+
+    def features(self, tokens: Tensor, positions: Tensor, span: int | None = None, cross_scores: list | None = None,
+                 before: Tensor | None = None) -> Tensor:
+        """Decoder.features, given before [batch, T, d_model]: the main decoder's final hidden state
+        at each position minus one (zeros at position 0), or the head's own prediction of it."""
+        embedded = cast(self.token_embedding(tokens), self.dtype)
+        x = self.fuse(torch.cat([cast(before, self.dtype), embedded], dim=-1))
+        return self.through_blocks(x, positions, span, cross_scores)

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .model import Decoder, DraftVocabProjection, Encoder, Linear, ModelDims
+from .model import Decoder, DraftHead, DraftVocabProjection, Encoder, Linear, ModelDims
 from .platform import Platform, onednn_packed, resolve
 from .quantize import DynamicInt8Linear, Int8Linear, kernel_for, quantize_per_channel
 from .tokenizer import SpecialTokens, Tokenizer
@@ -43,6 +43,11 @@ class Whisper:
     # (layer, head) of the decoder's cross-attention heads that follow the audio in time: word timing
     # reads them (published by OpenAI per model, in generation_config.json); empty: not known
     alignment_heads: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def is_draft_head(self) -> bool:
+        """An assistant that drafts from the main decoder's hidden states (model.DraftHead)."""
+        return isinstance(self.decoder, DraftHead)
 
 
 # Encoder frames (1 s) a distilled assistant attends past the end of the audio: its acceptance is the

@@ -49,9 +49,12 @@ class LiveRows(RowsKept):
             self.alive = self.alive[keep]
             super().keep(keep)
 
-    def call(self, step, window: Tensor, positions: Tensor, *args) -> Tensor:
-        """step(window, positions, *args) for every row of the batch; rows that left it get zeros."""
+    def call(self, step, *row_inputs: Tensor | None) -> Tensor | tuple[Tensor, ...]:
+        """step(*row_inputs) (each [batch, ...], or None) for every row of the batch, its output a
+        tensor or a tuple of them; rows that left the batch get zeros."""
         if self.alive is None or len(self.alive) == self.batch:
-            return step(window, positions, *args)
-        out = step(window[self.alive], positions[self.alive], *args)
-        return out.new_zeros((self.batch, *out.shape[1:])).index_copy_(0, self.alive, out)
+            return step(*row_inputs)
+        out = step(*(None if x is None else x[self.alive] for x in row_inputs))
+        whole = [t.new_zeros((self.batch, *t.shape[1:])).index_copy_(0, self.alive, t)
+                 for t in (out if isinstance(out, tuple) else (out,))]
+        return tuple(whole) if isinstance(out, tuple) else whole[0]

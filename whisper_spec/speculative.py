@@ -43,6 +43,13 @@ def _window(tokens: Tensor, start: Tensor, width: int) -> tuple[Tensor, Tensor]:
     return tokens.gather(1, positions), positions
 
 
+def hidden_before(hidden: Tensor, positions: Tensor) -> Tensor:
+    """A draft head's input beside each position's token: the hidden state at the position before
+    it, zeros at position 0. hidden: [batch, n_ctx + 1, d_model]; positions: [batch, T]."""
+    before = hidden.gather(1, (positions - 1).clamp(min=0)[..., None].expand(-1, -1, hidden.shape[-1]))
+    return torch.where((positions > 0)[..., None], before, 0.0)
+
+
 def accept_greedy(target: Tensor, drafts: Tensor, eligible: Tensor) -> tuple[Tensor, Tensor]:
     """Per row: how many drafts equal the main model's argmax in a row, and the main model's
     token after them. target: [batch, k + 1] the main model's argmax (of processed logits);
@@ -95,6 +102,10 @@ class State:
     # (sums_logprobs), summed once at the end so that both modes add them in one order
     logprobs: Tensor
     no_speech: Tensor | None = None  # each row's probability of <|nospeech|> after SOT (judges_silence)
+    # [batch, n_ctx + 1, d_model], for a draft head: the main decoder's final hidden state at each
+    # position it has read (prefill and verification write them), at the newest position the head's
+    # prediction of it
+    hidden: Tensor | None = None
     sums_logprobs: bool = False  # a row may be judged silent: sum its tokens' log-probabilities
 
 
@@ -110,11 +121,14 @@ def initial_state(context: Context, languages: list[str]) -> State:
                                                         or language in assistant.draft_languages)
                              for language in languages], device=device)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
+    hidden = None
+    if assistant is not None and assistant.is_draft_head:
+        hidden = torch.zeros((*tokens.shape, main.dims.d_model), dtype=main.decoder.dtype, device=device)
     return State(tokens, length, torch.zeros_like(length), torch.zeros_like(length),
                   drafting, torch.where(drafting, options.draft_tokens, 0), done, torch.zeros_like(done),
                   torch.zeros(batch, 5, dtype=torch.long, device=device),
                   torch.zeros(2, batch, context.max_draft, dtype=torch.long, device=device),
-                  torch.zeros(tokens.shape, device=device), sums_logprobs=context.judges_text)
+                  torch.zeros(tokens.shape, device=device), sums_logprobs=context.judges_text, hidden=hidden)
 
 
 def speculative_decode(context: Context, state: State, stats: DecodingStats) -> None:
@@ -123,6 +137,8 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
     if context.fixed_width is not None:
         fixed_shape_decode(context, state, stats)
         return
+    if state.hidden is not None:  # a draft head's first step reads the prompt's hidden states
+        prefill(context, state, stats)
     while not bool(state.done.all()):
         active = ~state.done
         context.live.keep(active)
@@ -141,6 +157,8 @@ def prefill(context: Context, state: State, stats: DecodingStats) -> None:
     if n_prefill > 0:
         positions = torch.arange(n_prefill, device=state.tokens.device).expand(len(state.tokens), -1)
         hidden = context.main.decoder.features(state.tokens[:, :n_prefill], positions)
+        if state.hidden is not None:
+            state.hidden[:, :n_prefill] = hidden
         if context.judges_silence and state.no_speech is None:
             read_no_speech(context, state, context.main.decoder.logits(hidden[:, 0]))
         state.main_cached[:] = n_prefill
@@ -174,7 +192,12 @@ def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple
         window, positions = _window(tokens, (current - width).clamp(min=0), width)
         # the assistant attends to the positions in use only, not the whole cache
         span = min(int(current.max()) + 1, context.n_ctx)
-        logits = context.live.call(functools.partial(context.draft_logits, assistant.decoder), window, positions, span)
+        step = functools.partial(_draft_call, context.draft_logits, assistant.decoder, span)
+        if state.hidden is None:
+            logits = context.live.call(step, window, positions)
+        else:
+            logits, predicted = context.live.call(step, window, positions, hidden_before(state.hidden, positions))
+            state.hidden[rows, current - 1] = predicted.to(state.hidden.dtype)
         logits = context.draft_rules(logits, tokens, current)
         state.assistant_cached.copy_(current)
         choice = choose_tokens(logits, context.temperature, context.seeds, current)
@@ -187,6 +210,10 @@ def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple
             if not bool((round_drafts[active] > j + 1).any()):
                 return round_drafts, j + 1
     return round_drafts, k
+
+
+def _draft_call(draft_logits, decoder, span: int, window: Tensor, positions: Tensor, before: Tensor | None = None):
+    return draft_logits(decoder, window, positions, span, before)
 
 
 def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: DecodingStats
@@ -202,6 +229,8 @@ def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: 
     scored = (steps <= round_drafts[:, None]) & active[:, None]
     stats.main_forwards += 1
     features = context.live.call(decoder.features, window, positions)
+    if state.hidden is not None:
+        state.hidden[torch.arange(len(tokens), device=tokens.device)[:, None], positions] = features
     hidden = features[:, needed - k - 1 : needed][scored]
     # the first round's window starts at SOT: its logits there in the same product, rather than
     # a main call of their own (row-invariant: as a one-token step would give them)
@@ -365,8 +394,12 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
         current = state.length + j
         width = (context.prompt_length if first else ASSISTANT_WIDTH) if j == 0 else 1
         window, positions = _window(tokens, (current - width).clamp(min=0), width)
-        token, confidence = _replay(context, assistant.decoder, name, step, window, positions, tokens, current,
-                                    context.seeds, direct=direct)
+        inputs = (window, positions, tokens, current, context.seeds)
+        if state.hidden is not None:
+            inputs += (hidden_before(state.hidden, positions),)
+        token, confidence, *predicted = _replay(context, assistant.decoder, name, step, *inputs, direct=direct)
+        if predicted:
+            state.hidden[rows, current - 1] = predicted[0].to(state.hidden.dtype)
         state.assistant_cached.copy_(current)
         tokens[rows, current] = token
         if options.draft_confidence > 0:
@@ -375,13 +408,18 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
 
 
 def draft_step(draft_logits, decoder, rules: LogitRules, temperature: float, span: int, window: Tensor,
-               positions: Tensor, tokens: Tensor, current: Tensor, seeds: Tensor) -> tuple[Tensor, Tensor]:
+               positions: Tensor, tokens: Tensor, current: Tensor, seeds: Tensor, before: Tensor | None = None
+               ) -> tuple[Tensor, ...]:
     """One draft per row after the window's last position: the token (an id of the whole
-    vocabulary) and the assistant's probability of it."""
-    logits = rules(draft_logits(decoder, window, positions, span), tokens, current)
+    vocabulary) and the assistant's probability of it; a draft head's (given before, see
+    draft_logits) also its hidden state at the last position."""
+    out = draft_logits(decoder, window, positions, span, before)
+    logits, predicted = out if before is not None else (out, None)
+    logits = rules(logits, tokens, current)
     choice = choose_tokens(logits, temperature, seeds, current)
     confidence = torch.softmax(logits / (temperature or 1.0), dim=-1).gather(1, choice[:, None])[:, 0]
-    return (choice if decoder.draft_vocab is None else decoder.draft_vocab[choice]), confidence
+    token = choice if decoder.draft_vocab is None else decoder.draft_vocab[choice]
+    return (token, confidence) if predicted is None else (token, confidence, predicted)
 
 
 def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[Tensor, Tensor]:
@@ -391,22 +429,29 @@ def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[
     token (prefill, then advance), so that token starts the window. One replay."""
     tokens, decoder, width = state.tokens, context.main.decoder, context.fixed_width
     window, positions = _window(tokens, (state.length - 1).clamp(min=0), width)
-    step = functools.partial(verify_step, decoder, context.rules, context.temperature)
+    with_hidden = state.hidden is not None
+    step = functools.partial(verify_step, decoder, context.rules, context.temperature, with_hidden=with_hidden)
     if context.judges_silence and state.no_speech is None:  # a one-token prompt, which no prefill read
-        chosen, logprobs, after_sot = step(window, positions, tokens, context.seeds, with_after_sot=True)
+        chosen, logprobs, *hidden, after_sot = step(window, positions, tokens, context.seeds, with_after_sot=True)
         read_no_speech(context, state, after_sot)
-        return chosen, logprobs
-    name = ("verify", context.rules.key, context.temperature)
-    return _replay(context, decoder, name, step, window, positions, tokens, context.seeds, direct=direct)
+    else:
+        name = ("verify", context.rules.key, context.temperature, with_hidden)
+        chosen, logprobs, *hidden = _replay(context, decoder, name, step, window, positions, tokens, context.seeds,
+                                            direct=direct)
+    if with_hidden:
+        state.hidden.scatter_(1, positions[..., None].expand(-1, -1, state.hidden.shape[-1]), hidden[0])
+    return chosen, logprobs
 
 
 def verify_step(decoder, rules: LogitRules, temperature: float, window: Tensor, positions: Tensor, tokens: Tensor,
-                seeds: Tensor, with_after_sot: bool = False) -> tuple[Tensor, ...]:
+                seeds: Tensor, with_hidden: bool = False, with_after_sot: bool = False) -> tuple[Tensor, ...]:
     """The main decoder on the windows, its logits processed at every position, and at each the
     token it chooses (argmax, or its draw at the position's uniform number) with that token's
-    log-probability, [batch, width] each; with_after_sot: also the raw logits at the first column."""
+    log-probability, [batch, width] each; with_hidden: also its final hidden states [batch, width,
+    d_model]; with_after_sot: also the raw logits at the first column."""
     batch, width = window.shape
-    raw = decoder.logits(decoder.features(window, positions))
+    hidden = decoder.features(window, positions)
+    raw = decoder.logits(hidden)
     # each position's logits are for the token after it
     targets = (positions + 1).view(-1)
     # expanded rather than repeat_interleave'd, which may read its output size back from the device
@@ -414,8 +459,8 @@ def verify_step(decoder, rules: LogitRules, temperature: float, window: Tensor, 
     logits = rules(raw.flatten(0, 1), row_tokens, targets)
     chosen = choose_tokens(logits, temperature, seeds[:, None].expand(-1, width).reshape(-1), targets)
     logprobs = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None])[:, 0]
-    out = chosen.view(batch, width), logprobs.view(batch, width)
-    return (*out, raw[:, 0]) if with_after_sot else out
+    out = (chosen.view(batch, width), logprobs.view(batch, width))
+    return out + ((hidden,) if with_hidden else ()) + ((raw[:, 0],) if with_after_sot else ())
 
 
 def fixed_scored(state: State, k: int, round_drafts: Tensor, width: int) -> Tensor:

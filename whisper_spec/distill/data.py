@@ -222,6 +222,7 @@ class Example:
     start: int  # first predicting position
     top_ids: torch.Tensor  # [n, k] full-vocabulary ids
     top_logits: torch.Tensor  # [n, k]
+    hidden: torch.Tensor | None = None  # [len(tokens), d_model]: the main decoder's, for a draft head (train.teacher_hidden)
 
 
 def load_cache(files: list[Path], top_k: int):

@@ -9,16 +9,19 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import save_safetensors
-from ..model import Decoder
+from ..model import Decoder, DraftHead
 from ..options import LONG_RECORDING_SECONDS
 from ..pair import ASSISTANT_CONFIG, ASSISTANT_FORMAT, SHARED_WITH_MAIN, Whisper, own_state, share_main_modules
 from .data import Example
 
 
-def spread_layers(n_main: int, n: int) -> list[int]:
-    """n of the main decoder's layers, evenly spread, first and last kept (n = 1: the last)."""
+def spread_layers(n_main: int, n: int, head: bool = False) -> list[int]:
+    """n of the main decoder's layers, evenly spread, first and last kept (n = 1: the last); for a
+    draft head, which continues from the main decoder's output, the last n."""
     if not 1 <= n <= n_main:
         raise ValueError(f"an assistant of {n} layers cannot start from a decoder of {n_main}")
+    if head:
+        return list(range(n_main - n, n_main))
     if n == 1:
         return [n_main - 1]
     return sorted({round(i * (n_main - 1) / (n - 1)) for i in range(n)})
@@ -49,12 +52,19 @@ def choose_draft_vocab(main: Whisper, examples: list[Example], size: int) -> tor
     return torch.tensor(sorted(chosen), dtype=torch.long)
 
 
-def build_student(main: Whisper, init_layers: list[int], draft_vocab: torch.Tensor) -> Decoder:
-    """An assistant decoder initialised from the main one. What it shares with the main model
-    (token embedding, output rows, cross-attention key/value projections) is the main model's own
-    frozen modules; the rest is a trainable float32 copy of the chosen layers."""
+def build_student(main: Whisper, init_layers: list[int], draft_vocab: torch.Tensor, head: bool = False) -> Decoder:
+    """An assistant decoder (head: a model.DraftHead) initialised from the main one. What it shares
+    with the main model (token embedding, output rows, cross-attention key/value projections) is
+    the main model's own frozen modules; the rest is a trainable float32 copy of the chosen layers,
+    and a head's fusion starts by passing the token's embedding, the hidden state's half small."""
     dims = replace(main.dims, n_text_layer=len(init_layers))
-    student = Decoder(dims)
+    student = DraftHead(dims) if head else Decoder(dims)
+    if head:
+        with torch.no_grad():
+            d = dims.d_model
+            student.fuse.weight[:, :d].normal_(0, 0.02 / d**0.5)
+            student.fuse.weight[:, d:].copy_(torch.eye(d))
+            student.fuse.bias.zero_()
     student.positional_embedding = torch.nn.Parameter(main.decoder.positional_embedding.detach().float().clone())
     student.ln.load_state_dict({k: v.float() for k, v in main.decoder.ln.state_dict().items()})
     for block, layer in zip(student.blocks, init_layers):
@@ -73,6 +83,7 @@ def save_assistant(student: Decoder, main: Whisper, output: Path, meta: dict) ->
         "main_model": main.name,
         "main_dims": asdict(main.dims),
         "main_fingerprint": main.special.fingerprint(),
+        "kind": "head" if isinstance(student, DraftHead) else "decoder",
         "layers_from_main": student.cross_source,
         "draft_vocab_size": len(student.proj_out.token_ids),
         "shared_with_main": list(SHARED_WITH_MAIN),
@@ -112,9 +123,12 @@ def model_card(config: dict) -> str:
         "|---|---:|---:|---:|\n" + "\n".join(
             f"| {language} | {(data.get('train_sequences_by_language') or {}).get(language, 0)} | "
             f"{rate(language, by_language)} | {rate(language, coverage)} |" for language in coverage) + "\n")
+    kind = (f"{len(config['layers_from_main'])}-layer draft head (EAGLE: it reads the main decoder's final hidden"
+            " states and its token's embedding)" if config.get("kind") == "head"
+            else f"{len(config['layers_from_main'])}-layer assistant decoder")
     return f"""# Distilled assistant for {config['main_model']}
 
-A {len(config['layers_from_main'])}-layer assistant decoder for speculative decoding with `{config['main_model']}`
+A {kind} for speculative decoding with `{config['main_model']}`
 (whisper-spec format: load it with `load_pair("{config['main_model']}", "<this folder>")` or
 `whisper-spec transcribe --model {config['main_model']} --assistant <this folder>`; `whisper-spec export`
 writes a standard `WhisperForCausalLM`). Greedy output with it is the main model's own, token for token.

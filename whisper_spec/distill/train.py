@@ -35,8 +35,9 @@ def _split(sources: list[str], held_out: float, seed: int) -> set[str]:
 
 
 def _collate(examples: list[Example], cross: list[tuple], to_draft: torch.Tensor, eot: int):
-    """Padded tokens, the cross keys/values of each example's window, and per predicted position
-    its pseudo-label (in draft ids, -100 where outside the draft vocabulary) and teacher top-k."""
+    """Padded tokens, the cross keys/values of each example's window, per predicted position its
+    pseudo-label (in draft ids, -100 where outside the draft vocabulary) and teacher top-k, and for
+    a draft head the main decoder's hidden states at every position (None otherwise)."""
     width = max(len(e.tokens) for e in examples)
     k = examples[0].top_ids.shape[1]
     batch = len(examples)
@@ -53,14 +54,26 @@ def _collate(examples: list[Example], cross: list[tuple], to_draft: torch.Tensor
     top_logits = top_logits.masked_fill(top_ids < 0, float("-inf"))
     windows = torch.tensor([e.window for e in examples])
     cross_kv = [(k[windows].float(), v[windows].float()) for k, v in cross]
-    return tokens, labels, top_ids.clamp(min=0), top_logits, cross_kv
+    hidden = None
+    if examples[0].hidden is not None:
+        hidden = torch.zeros(batch, width, examples[0].hidden.shape[-1])
+        for row, e in enumerate(examples):
+            hidden[row, : len(e.tokens)] = e.hidden
+    return tokens, labels, top_ids.clamp(min=0), top_logits, cross_kv, hidden
 
 
-def _forward(student: Decoder, tokens: torch.Tensor, cross_kv) -> torch.Tensor:
+def _forward(student: Decoder, tokens: torch.Tensor, cross_kv, hidden: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Compact logits and final hidden states at every position; a draft head reads hidden (the
+    main decoder's, or its own predictions of them) at the position before each."""
     for block, kv in zip(student.blocks, cross_kv):
         block.cross_attn.cross_kv = kv
     positions = torch.arange(tokens.shape[1]).expand_as(tokens)
-    return student.proj_out.compact(student.features(tokens, positions))
+    if hidden is None:
+        out = student.features(tokens, positions)
+    else:
+        out = student.features(tokens, positions, before=F.pad(hidden[:, :-1], (0, 0, 1, 0)))
+    return student.proj_out.compact(out), out
 
 
 def distillation_loss(logits, labels, top_ids, top_logits, options: DistillOptions) -> torch.Tensor:
@@ -75,6 +88,31 @@ def distillation_loss(logits, labels, top_ids, top_logits, options: DistillOptio
     return options.ce_weight * ce + options.kl_weight * t * t * kl
 
 
+def hidden_loss(predicted: torch.Tensor, hidden: torch.Tensor, tokens: torch.Tensor, eot: int) -> torch.Tensor:
+    """A draft head's regression onto the main decoder's hidden states (EAGLE's smooth L1), over
+    the positions up to each sequence's end of text."""
+    ends = (tokens == eot).long().argmax(dim=1)
+    mask = torch.arange(tokens.shape[1]) <= ends[:, None]
+    return F.smooth_l1_loss(predicted[mask], hidden[mask])
+
+
+@torch.inference_mode()
+def teacher_hidden(main: Whisper, examples: list[Example], encoder: torch.Tensor) -> None:
+    """Each example's main-decoder hidden states at every position (teacher forcing on its tokens),
+    what a draft head reads and regresses onto; float16, set on the examples."""
+    by_window: dict[int, list[Example]] = {}
+    for example in examples:
+        by_window.setdefault(example.window, []).append(example)
+    main.decoder.clear_caches()  # whole sequences at once, no decoding state
+    for window, group in tqdm(by_window.items(), desc="teacher hidden states", unit="window", leave=False):
+        main.decoder.set_cross(encoder[window : window + 1].float().expand(len(group), -1, -1))
+        width = max(len(e.tokens) for e in group)
+        tokens = torch.stack([F.pad(e.tokens, (0, width - len(e.tokens)), value=main.special.eot) for e in group])
+        hidden = main.decoder.features(tokens, torch.arange(width).expand_as(tokens)).half()
+        for row, e in enumerate(group):
+            e.hidden = hidden[row, : len(e.tokens)].clone()
+
+
 @torch.no_grad()
 def agreement_counts(student: Decoder, examples: list[Example], cross, to_draft, eot: int, batch_size: int = 32
                      ) -> list[tuple[int, int]]:
@@ -82,11 +120,11 @@ def agreement_counts(student: Decoder, examples: list[Example], cross, to_draft,
     model's greedy token, positions)."""
     counts = []
     for first in range(0, len(examples), batch_size):
-        tokens, labels, _, _, cross_kv = _collate(examples[first : first + batch_size], cross, to_draft, eot)
+        tokens, labels, _, _, cross_kv, hidden = _collate(examples[first : first + batch_size], cross, to_draft, eot)
         target = torch.full_like(labels, -1)
         for row, e in enumerate(examples[first : first + batch_size]):
             target[row, e.start : len(e.tokens) - 1] = e.tokens[e.start + 1 :]
-        logits = _forward(student, tokens, cross_kv)
+        logits, _ = _forward(student, tokens, cross_kv, hidden)
         predicted = student.proj_out.token_ids[logits.argmax(dim=-1)]
         hits = ((predicted == target) & (target >= 0)).sum(dim=1)
         counts += list(zip(hits.tolist(), (target >= 0).sum(dim=1).tolist()))
@@ -161,11 +199,13 @@ def distill(
     draft_languages = _draft_languages(train, held_out)
     held_out_by_language, groups = _held_out_groups(held_out, recording_of)
 
-    init_layers = list(options.init_layers or spread_layers(main.dims.n_text_layer, options.layers))
+    init_layers = list(options.init_layers or spread_layers(main.dims.n_text_layer, options.layers, options.head))
     draft_vocab = choose_draft_vocab(main, train, options.draft_vocab)
     to_draft = torch.full((main.dims.n_vocab,), -1, dtype=torch.long)
     to_draft[draft_vocab] = torch.arange(len(draft_vocab))
-    student = build_student(main, init_layers, draft_vocab)
+    student = build_student(main, init_layers, draft_vocab, options.head)
+    if options.head:
+        teacher_hidden(main, examples, encoder)
     data = _Data(train, groups, _cross_kv(main, init_layers, encoder), to_draft, main.special.eot, options.balance)
     del encoder  # the cross-attention states are what training reads
     train_started = time.perf_counter()
@@ -268,8 +308,16 @@ def _accumulate(student: Decoder, batch: list[Example], data: _Data, options: Di
     total = 0.0
     for first in range(0, len(batch), GROUP_SIZE):
         group = batch[first : first + GROUP_SIZE]
-        tokens, labels, top_ids, top_logits, cross_kv = _collate(group, data.cross, data.to_draft, data.eot)
-        loss = distillation_loss(_forward(student, tokens, cross_kv), labels, top_ids, top_logits, options)
+        tokens, labels, top_ids, top_logits, cross_kv, hidden = _collate(group, data.cross, data.to_draft, data.eot)
+        logits, guess = _forward(student, tokens, cross_kv, hidden)
+        loss = distillation_loss(logits, labels, top_ids, top_logits, options)
+        if hidden is not None:
+            # and as it drafts past the verified tokens: reading its own predictions (EAGLE-3's
+            # training-time test, one step deep)
+            own_logits, own_guess = _forward(student, tokens, cross_kv, guess.detach())
+            loss = (loss + distillation_loss(own_logits, labels, top_ids, top_logits, options)
+                    + options.hidden_weight * (hidden_loss(guess, hidden, tokens, data.eot)
+                                               + hidden_loss(own_guess, hidden, tokens, data.eot)))
         weight = sum(predicted[first : first + GROUP_SIZE]) / sum(predicted)
         (loss * weight).backward()
         total += loss.item() * weight

@@ -1,0 +1,77 @@
+"""Draft heads (model.DraftHead, EAGLE): trained by distill on a small random main model, loaded from
+their directory, and exact in both implementations of the round, at batch 1 and 4, greedy and sampling."""
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from conftest import SPEECH, main_alone, mel_of, random_head, random_model
+from test_fixed_shapes import OPTIONS as ROUND_OPTIONS
+from test_fixed_shapes import fixed_shapes
+
+from whisper_spec.decoding import decode_windows
+from whisper_spec.distill.train import distill
+from whisper_spec.load import load_distilled
+from whisper_spec.model import DraftHead
+from whisper_spec.options import DecodingOptions, DistillOptions
+from whisper_spec.pair import WhisperPair
+from whisper_spec.speculative import hidden_before
+
+UNLABELED = SPEECH / "unlabeled" / "librispeech-train-clean-100"
+CPU = torch.device("cpu")
+
+
+def test_a_head_reads_the_hidden_state_before_each_position():
+    hidden = torch.arange(2 * 5 * 3, dtype=torch.float32).view(2, 5, 3)
+    positions = torch.tensor([[0, 1, 2], [2, 3, 4]])
+    before = hidden_before(hidden, positions)
+    assert torch.equal(before[0, 0], torch.zeros(3))
+    assert torch.equal(before[0, 1:], hidden[0, :2]) and torch.equal(before[1], hidden[1, 1:4])
+
+
+@pytest.mark.parametrize("name, batch", [("greedy", 1), ("greedy", 4), ("sampling", 4), ("timestamps-adaptive", 4),
+                                         ("confidence", 4), ("fallback", 3)])
+def test_an_untrained_head_is_exact_in_both_rounds(name, batch):
+    options, main = ROUND_OPTIONS[name], random_model(0, eot_bias=0.25)
+    pair = WhisperPair(main, random_head(main, 1, noise=0.1), CPU, torch.float32)
+    torch.manual_seed(batch)
+    mel = torch.randn(batch, 80, 3000)
+    reference, _ = decode_windows(pair, mel, main_alone(options), seeds=list(range(batch)))
+    for decoding in (pair, fixed_shapes(pair, 1), fixed_shapes(pair, 3)):
+        results, stats = decode_windows(decoding, mel, options, seeds=list(range(batch)))
+        assert [r.tokens for r in results] == [r.tokens for r in reference]
+        assert [r.avg_logprob for r in results] == pytest.approx([r.avg_logprob for r in reference])
+        assert stats.drafted > 0
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("audio")
+    for source in sorted(UNLABELED.glob("*.flac"))[:6]:
+        (folder / source.name).symlink_to(source)
+    return folder
+
+
+def test_a_distilled_head_learns_the_main_model_and_stays_exact(clips, tmp_path):
+    main = random_model(3, eot_bias=0.5)
+    options = DistillOptions(layers=1, head=True, steps=30, batch_size=4, eval_every=30, checkpoint_every=30,
+                             held_out=0.34, draft_vocab=90, top_k=4, learning_rate=3e-3, warmup_steps=3)
+    summary = distill(WhisperPair(main, None, CPU, torch.float32), str(clips), tmp_path / "head", options,
+                      cache=tmp_path / "cache")
+    assert summary["held_out_acceptance"] > summary["held_out_acceptance_before"]
+    config = json.loads((tmp_path / "head" / "assistant.json").read_text())
+    assert config["kind"] == "head" and config["layers_from_main"] == [1]
+
+    head = load_distilled(tmp_path / "head", main, torch.float32, "cpu")
+    assert isinstance(head.decoder, DraftHead) and head.is_draft_head
+    assert head.decoder.token_embedding is main.decoder.token_embedding
+    pair = WhisperPair(main, head, CPU, torch.float32)
+    mel = mel_of(sorted(clips.glob("*.flac")))
+    for options in (DecodingOptions(speculation="on", language="en", draft_tokens=3, draft_confidence=0),
+                    DecodingOptions(speculation="on", language="en", draft_tokens=4, temperature=(0.7,), seed=2)):
+        alone, _ = decode_windows(pair, mel, main_alone(options))
+        for decoding in (pair, fixed_shapes(pair, 2)):
+            drafted, stats = decode_windows(decoding, mel, options)
+            assert [r.tokens for r in drafted] == [r.tokens for r in alone]
+            assert stats.accepted > 0
