@@ -2,14 +2,18 @@
 of that cost must yield for a target speedup: the measurement behind docs/benchmarks.md's account of why
 int8 decoders gain less from drafting than float32 ones.
 
-For each decoder precision (the CPU default, int8 decoders, and float32), with the shipped
-assistant: each LibriSpeech clip is encoded once, then decoded main-only and drafting in every
-round (the order alternating clip by clip), with speculative.draft and speculative.verify timed by the
-host clock (so CPU only: on CUDA it would time launches). Reports per precision: main-only ms per
-token; per round the verification's and the drafts' ms, assistant steps and tokens; the speedup in
-decoding seconds; and the tokens per round that rounds of these costs would need for --target.
+For each decoder precision (the CPU default, int8 decoders, and float32) and each assistant (the
+shipped one, or those given: a distilled decoder, a draft head): each clip is encoded once, then
+decoded main-only and drafting in every round (the order alternating clip by clip), with
+speculative.draft and speculative.verify timed by the host clock (so CPU only: on CUDA it would time
+launches). Reports per precision and assistant: main-only ms per token; per round the verification's
+and the drafts' ms, assistant steps and tokens; a draft step in main steps; acceptance by draft
+position; the speedup in decoding seconds; and the tokens per round that rounds of these costs
+would need for --target.
 
     python benchmarks/round_budget.py --clips 40 --output benchmarks/results/round_budget_amx_cpu.json
+    python benchmarks/round_budget.py --set fleurs_de,fleurs_es,fleurs_fr,fleurs_pt --precisions int8 \
+        --assistants default,ASSISTANT_DIR
 """
 
 from __future__ import annotations
@@ -60,21 +64,21 @@ def timed_parts(seconds: dict[str, float]):
             setattr(speculative, name, function)
 
 
-def measure(pair, mels: list[torch.Tensor], target: float, label: str) -> dict:
+def measure(pair, mels: list[torch.Tensor], languages: list[str], target: float, label: str) -> dict:
     modes = {"main-only": "off", "drafting": "on"}
     seconds = {mode: defaultdict(float) for mode in modes}
     stats = {mode: DecodingStats() for mode in modes}
     tokens_equal = True
     with torch.inference_mode():
         encode(pair, mels[0], None, DecodingStats())
-        decoding.decode_encoded(pair, 1, DecodingOptions(speculation="on"), languages=["en"])  # warm-up
-        for i, mel in enumerate(tqdm(mels, desc=label, unit="clip")):
+        decoding.decode_encoded(pair, 1, DecodingOptions(speculation="on"), languages=languages[:1])  # warm-up
+        for i, (mel, language) in enumerate(zip(tqdm(mels, desc=label, unit="clip"), languages)):
             encode(pair, mel, None, DecodingStats())
             tokens = {}
             for mode in (list(modes) if i % 2 == 0 else list(modes)[::-1]):
                 with timed_parts(seconds[mode]):
                     results, clip_stats = decoding.decode_encoded(
-                        pair, 1, DecodingOptions(speculation=modes[mode]), languages=["en"])
+                        pair, 1, DecodingOptions(speculation=modes[mode]), languages=[language])
                 stats[mode].add(clip_stats)
                 tokens[mode] = results[0].tokens
             tokens_equal &= tokens["main-only"] == tokens["drafting"]
@@ -93,10 +97,14 @@ def measure(pair, mels: list[torch.Tensor], target: float, label: str) -> dict:
                      "round_ms": round(round_ms, 3),
                      "verify_ms_per_round": round(1000 * seconds["drafting"]["verify"] / rounds, 3),
                      "draft_ms_per_round": round(1000 * seconds["drafting"]["draft"] / rounds, 3),
-                     "draft_ms_per_assistant_step": round(1000 * seconds["drafting"]["draft"] / drafting.assistant_forwards, 3)},
+                     "draft_ms_per_assistant_step": round(1000 * seconds["drafting"]["draft"] / drafting.assistant_forwards, 3),
+                     "acceptance_by_position": [round(a / d, 3) if d else None for a, d in
+                                                zip(drafting.accepted_by_position, drafting.drafted_by_position)]},
         "speedup": round(main_only.decoding_seconds / drafting.decoding_seconds, 3),
         # a round yields its tokens for round_ms; main-only pays ms_per_token for each
         "verify_in_one_token_steps": round(1000 * seconds["drafting"]["verify"] / rounds / ms_per_token, 3),
+        "draft_step_in_one_token_steps": round(1000 * seconds["drafting"]["draft"] / drafting.assistant_forwards
+                                               / ms_per_token, 3),
         "target": target,
         "tokens_per_round_for_target": round(target * round_ms / ms_per_token, 3),
         "identical_to_main_only": tokens_equal,
@@ -105,17 +113,28 @@ def measure(pair, mels: list[torch.Tensor], target: float, label: str) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clips", type=int, default=40, help="LibriSpeech clips (default: %(default)s)")
+    parser.add_argument("--clips", type=int, default=40, help="clips of each set (default: %(default)s)")
+    parser.add_argument("--set", default="librispeech", help="manifest sets, comma-separated (default: %(default)s)")
+    parser.add_argument("--precisions", default="int8,float32", help="decoder precisions (default: %(default)s)")
+    parser.add_argument("--assistants", default="default",
+                        help="assistants, comma-separated: 'default' (the shipped one) or directories (default: %(default)s)")
     parser.add_argument("--target", type=float, default=1.5, help="speedup in decoding seconds (default: %(default)s)")
     parser.add_argument("--output", type=Path, default=None)
     args = parse_args(parser, clips=2)
 
-    rows = [r for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
-    report = {"machine": machine_info(torch.device("cpu")), "clips": len(rows), "batch_size": 1, "precisions": {}}
-    for label, flags in {"int8 (default)": [], "float32": ["--no-int8"]}.items():
-        pair = command_line_pair("--device", "cpu", *flags)
-        mels = [batch_features([load_audio(SPEECH / r["path"])], pair.main.dims.n_mels) for r in rows]
-        report["precisions"][label] = measure(pair, mels, args.target, label)
+    sets = args.set.split(",")
+    rows = [r for name in sets for r in [r for r in manifest_rows() if r["set"] == name][: args.clips]]
+    report = {"machine": machine_info(torch.device("cpu")), "sets": sets, "clips": len(rows), "batch_size": 1,
+              "precisions": {}}
+    flags_of = {"int8": ("int8 (default)", []), "float32": ("float32", ["--no-int8"])}
+    for precision in args.precisions.split(","):
+        label, flags = flags_of[precision]
+        report["precisions"][label] = {}
+        for assistant in args.assistants.split(","):
+            pair = command_line_pair("--device", "cpu", *flags, *(["--assistant", assistant] if assistant != "default" else []))
+            mels = [batch_features([load_audio(SPEECH / r["path"])], pair.main.dims.n_mels) for r in rows]
+            report["precisions"][label][assistant] = measure(pair, mels, [r["language"] for r in rows], args.target,
+                                                             f"{label}, {assistant}")
     return write_report(report, args.output)
 
 

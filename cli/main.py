@@ -252,6 +252,7 @@ def cmd_distill(args) -> int:
     init_layers = tuple(int(i) for i in args.init_layers.split(",")) if args.init_layers else None
     options = _options(
         DistillOptions, layers=len(init_layers) if init_layers else args.layers, init_layers=init_layers, head=args.head,
+        hidden_weight=args.hidden_weight,
         draft_vocab=args.draft_vocab, steps=args.steps, batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, held_out=args.held_out,
         eval_every=args.eval_every, seed=args.seed, join=args.join, augment=args.augment, shifts=args.shifts,

@@ -123,6 +123,11 @@ def model_card(config: dict) -> str:
         "|---|---:|---:|---:|\n" + "\n".join(
             f"| {language} | {(data.get('train_sequences_by_language') or {}).get(language, 0)} | "
             f"{rate(language, by_language)} | {rate(language, coverage)} |" for language in coverage) + "\n")
+    head_losses = ("" if config.get("kind") != "head" else
+                   f", plus smooth-L1 regression (weight {recipe.get('hidden_weight')}) onto the main decoder's final"
+                   " hidden states; the same losses again on a second pass that reads its own predicted hidden states,"
+                   " as it does drafting past the verified tokens")
+    export = "" if config.get("kind") == "head" else "; `whisper-spec export` writes a standard `WhisperForCausalLM`"
     kind = (f"{len(config['layers_from_main'])}-layer draft head (EAGLE: it reads the main decoder's final hidden"
             " states and its token's embedding)" if config.get("kind") == "head"
             else f"{len(config['layers_from_main'])}-layer assistant decoder")
@@ -130,8 +135,8 @@ def model_card(config: dict) -> str:
 
 A {kind} for speculative decoding with `{config['main_model']}`
 (whisper-spec format: load it with `load_pair("{config['main_model']}", "<this folder>")` or
-`whisper-spec transcribe --model {config['main_model']} --assistant <this folder>`; `whisper-spec export`
-writes a standard `WhisperForCausalLM`). Greedy output with it is the main model's own, token for token.
+`whisper-spec transcribe --model {config['main_model']} --assistant <this folder>`{export}). Greedy output
+with it is the main model's own, token for token.
 
 - Initialised from the main decoder's layers {config['layers_from_main']}; it cross-attends to the main
   encoder's output. Shared with the main model and not stored here: {'; '.join(config['shared_with_main'])}.
@@ -141,7 +146,7 @@ writes a standard `WhisperForCausalLM`). Greedy output with it is the main model
 - Drafts for rows in {', '.join(config.get('draft_languages') or ['every language'])} (the languages it was trained
   and measured on; the main model's language detection decides a row's); other rows are decoded by
   the main model alone.
-- Stored: its own layers, positional embedding and final layer norm, float16.
+- Stored: its own layers, positional embedding and final layer norm{" and its fusion layer" if config.get("kind") == "head" else ""}, float16.
 
 ## Recipe
 
@@ -149,7 +154,7 @@ writes a standard `WhisperForCausalLM`). Greedy output with it is the main model
 
 Distil-whisper style: cross-entropy (weight {recipe.get('ce_weight')}) on the main model's greedy
 transcripts, with and without timestamps, plus KL divergence (weight {recipe.get('kl_weight')}, temperature
-{recipe.get('kl_temperature')}) to its top-{recipe.get('top_k')} logits; AdamW, peak learning rate
+{recipe.get('kl_temperature')}) to its top-{recipe.get('top_k')} logits{head_losses}; AdamW, peak learning rate
 {recipe.get('learning_rate')}, {recipe.get('warmup_steps')} warm-up steps then cosine decay,
 {recipe.get('steps')} steps of {recipe.get('batch_size')} sequences, seed {recipe.get('seed')}, languages drawn
 in proportion to their sequences to the power {recipe.get('balance', 1.0)}; token
