@@ -28,6 +28,7 @@ from .options import DTYPES, ENCODER_PRECISIONS
 from .pair import (
     ASSISTANT_CONFIG,
     DISTILLED_FRAME_MARGIN,
+    HEAD_KIND,
     IncompatiblePair,
     Whisper,
     WhisperPair,
@@ -265,7 +266,7 @@ def load_distilled(path: Path, main: Whisper, dtype, device, int8: bool = False)
         float_state = state
         state = cached_int8("decoder", [weights], lambda: quantize_decoder_state(float_state))
     with torch.device("meta"):
-        decoder = DraftHead(dims) if config.get("kind") == "head" else Decoder(dims)
+        decoder = DraftHead(dims) if config.get("kind") == HEAD_KIND else Decoder(dims)
     int8_modules(decoder, state)
     decoder.load_state_dict(_placed(state, dtype, device), strict=False, assign=True)
     decoder.requires_grad_(False)

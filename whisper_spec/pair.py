@@ -123,6 +123,7 @@ def check_pair(main: Whisper, assistant: Whisper) -> None:
 
 ASSISTANT_CONFIG = "assistant.json"  # marks a distilled assistant directory (see distill/)
 ASSISTANT_FORMAT = "whisper-spec-assistant/1"
+HEAD_KIND = "head"  # assistant.json's "kind" of a draft head (model.DraftHead); others are decoders
 
 
 def is_distilled_assistant(path: str | Path) -> bool:

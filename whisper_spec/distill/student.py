@@ -11,7 +11,7 @@ import torch
 from ..checkpoint import save_safetensors
 from ..model import Decoder, DraftHead
 from ..options import LONG_RECORDING_SECONDS
-from ..pair import ASSISTANT_CONFIG, ASSISTANT_FORMAT, SHARED_WITH_MAIN, Whisper, own_state, share_main_modules
+from ..pair import ASSISTANT_CONFIG, ASSISTANT_FORMAT, HEAD_KIND, SHARED_WITH_MAIN, Whisper, own_state, share_main_modules
 from .data import Example
 
 
@@ -83,7 +83,7 @@ def save_assistant(student: Decoder, main: Whisper, output: Path, meta: dict) ->
         "main_model": main.name,
         "main_dims": asdict(main.dims),
         "main_fingerprint": main.special.fingerprint(),
-        "kind": "head" if isinstance(student, DraftHead) else "decoder",
+        "kind": HEAD_KIND if isinstance(student, DraftHead) else "decoder",
         "layers_from_main": student.cross_source,
         "draft_vocab_size": len(student.proj_out.token_ids),
         "shared_with_main": list(SHARED_WITH_MAIN),
@@ -123,13 +123,14 @@ def model_card(config: dict) -> str:
         "|---|---:|---:|---:|\n" + "\n".join(
             f"| {language} | {(data.get('train_sequences_by_language') or {}).get(language, 0)} | "
             f"{rate(language, by_language)} | {rate(language, coverage)} |" for language in coverage) + "\n")
-    head_losses = ("" if config.get("kind") != "head" else
+    is_head = config.get("kind") == HEAD_KIND
+    head_losses = ("" if not is_head else
                    f", plus smooth-L1 regression (weight {recipe.get('hidden_weight')}) onto the main decoder's final"
                    " hidden states; the same losses again on a second pass that reads its own predicted hidden states,"
                    " as it does drafting past the verified tokens")
-    export = "" if config.get("kind") == "head" else "; `whisper-spec export` writes a standard `WhisperForCausalLM`"
+    export = "" if is_head else "; `whisper-spec export` writes a standard `WhisperForCausalLM`"
     kind = (f"{len(config['layers_from_main'])}-layer draft head (EAGLE: it reads the main decoder's final hidden"
-            " states and its token's embedding)" if config.get("kind") == "head"
+            " states and its token's embedding)" if is_head
             else f"{len(config['layers_from_main'])}-layer assistant decoder")
     return f"""# Distilled assistant for {config['main_model']}
 
@@ -146,7 +147,7 @@ with it is the main model's own, token for token.
 - Drafts for rows in {', '.join(config.get('draft_languages') or ['every language'])} (the languages it was trained
   and measured on; the main model's language detection decides a row's); other rows are decoded by
   the main model alone.
-- Stored: its own layers, positional embedding and final layer norm{" and its fusion layer" if config.get("kind") == "head" else ""}, float16.
+- Stored: its own layers, positional embedding and final layer norm{" and its fusion layer" if is_head else ""}, float16.
 
 ## Recipe
 

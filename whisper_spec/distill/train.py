@@ -20,6 +20,7 @@ from ..jobs import collect_jobs
 from ..model import Decoder
 from ..options import DistillOptions
 from ..pair import Whisper, WhisperPair, own_state
+from ..speculative import hidden_before
 from .data import Example, default_cache, is_long, load_cache, plan_recordings, prepare_teacher_cache
 from .student import build_student, choose_draft_vocab, save_assistant, spread_layers
 
@@ -72,7 +73,7 @@ def _forward(student: Decoder, tokens: torch.Tensor, cross_kv, hidden: torch.Ten
     if hidden is None:
         out = student.features(tokens, positions)
     else:
-        out = student.features(tokens, positions, before=F.pad(hidden[:, :-1], (0, 0, 1, 0)))
+        out = student.features(tokens, positions, before=hidden_before(hidden, positions))
     return student.proj_out.compact(out), out
 
 
