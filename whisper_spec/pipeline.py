@@ -44,6 +44,12 @@ TAIL_SECONDS = 1.0
 SPARSE_SECONDS = 3.0
 SPARSE_SECONDS_PER_TOKEN = 0.5
 
+# Whisper sometimes skips a stretch of speech and writes what follows it from the stretch's start;
+# DTW then stretches the first word after the skip back over it. A word whose time holds more than
+# this many seconds of the detector's speech marks such a skip: the stretch is decoded again on its
+# own (_skipped; docs/decisions.md, "Long audio").
+SKIP_SECONDS = 2.0
+
 # A segment of long audio less than this fraction of whose time the voice activity detector hears
 # as speech is not kept: Whisper's text for a quiet stretch (docs/decisions.md, "Long audio").
 HEARD_FRACTION = 0.2
@@ -82,7 +88,7 @@ class Failure:
     error: str  # one line naming the file and the problem
 
 
-@dataclass
+@dataclass(eq=False)  # a window is itself: two can share a start (_skipped)
 class _Window:
     file: int
     start: int  # where its audio starts in the file (samples)
@@ -214,28 +220,35 @@ class _Job:
             self.finish(window, result, timestamps)
 
     def finish(self, window: _Window, result: WindowResult, timestamps: bool) -> None:
-        """Record a window's result; queue the window that continues its file, or assemble the file."""
+        """Record a window's result; queue the windows that continue its file, or assemble the file."""
         window.result = result
         file = self.files[window.file]
-        resume = _resume_at(self.pair, window, file) if timestamps else None
+        skipped = _skipped(self.pair, window, file)
+        resume = skipped[0] if skipped else _resume_at(self.pair, window, file) if timestamps else None
         if resume is not None:
             window.kept = resume / SAMPLE_RATE
+        following = []
         if file.chunked:
-            following = None if resume is None else _Window(
-                window.file, window.start + resume, window.audio[resume:], 0.0)
-        else:  # the next window starts where this one's text stopped
-            if resume is not None and window.closed_end is not None:
+            cuts = [resume, *skipped[1:]] if skipped else [resume] if resume is not None else []
+            following = [_Window(window.file, window.start + a, window.audio[a:b], 0.0)
+                         for a, b in zip(cuts, [*cuts[1:], len(window.audio)])]
+        else:  # the next window starts where this one's text stopped, and ends before speech it skipped
+            if resume is not None and window.closed_end is not None and not skipped:
                 resume = _pause_before(file, window, resume)
                 window.kept = resume / SAMPLE_RATE
             start = _speech_from(file, window.start + (len(window.audio) if resume is None else resume))
-            following = _window_at(file, window.file, start, self.chunk) if start < len(file.audio) else None
+            until = window.start + skipped[1] if skipped else start
+            length = until - start if start < until else self.chunk
+            following = [_window_at(file, window.file, start, length)] if start < len(file.audio) else []
             window.new_seconds, file.counted = (start - file.counted) / SAMPLE_RATE, start
         if self.on_window is not None:
             self.on_window(window.new_seconds)
-        if following is not None:
-            file.windows.insert(file.windows.index(window) + 1, following)
+        if following:
+            at = file.windows.index(window) + 1
+            file.windows[at:at] = following
             self.languages.setdefault(file.path, result.language)  # what follows is in the file's language
-            self.queue(following, timestamps)
+            for next_window in following:
+                self.queue(next_window, timestamps)
         elif all(w.result is not None for w in file.windows):
             self.done[window.file] = _assemble(self.pair, self.files.pop(window.file), timestamps,
                                                self.options.compression_ratio_threshold, self.options.word_timestamps)
@@ -249,12 +262,12 @@ class _Job:
 
 def _window_at(file: _File, index: int, start: int, length: int) -> _Window:
     """A window of a file decoded window after window, from start: at most length samples, ending
-    where the detector's last speech in it does (a quiet stretch after it is not decoded), or in the
-    middle of its last pause within 5 * PAUSE_SNAP_SECONDS of its end."""
+    where the detector's last speech in it does (a quiet stretch after it is not decoded), or where
+    that is inside speech, in the middle of its last pause within 5 * PAUSE_SNAP_SECONDS of its end."""
     end = min(start + length, len(file.audio))
     if file.speech is not None:
         end = min(end, max((b for a, b in file.speech if a < end), default=end))
-    if end < len(file.audio):
+    if any(a < end < b for a, b in file.voiced):  # inside speech: end in a pause
         reach = round(5 * PAUSE_SNAP_SECONDS * SAMPLE_RATE)
         middles = [(a + b) // 2 for a, b in _pauses(file) if end - reach <= (a + b) // 2 < end]
         end = middles[-1] if middles and middles[-1] > start else end
@@ -361,6 +374,32 @@ def _resume_at(pair: WhisperPair, window: _Window, file: _File) -> int | None:
     if file.speech is not None and _overlap(file.voiced, *rest) < TAIL_SECONDS / 2 * SAMPLE_RATE:
         return None  # the detector ran: the rest must hold speech
     return offset
+
+
+def _skipped(pair: WhisperPair, window: _Window, file: _File) -> tuple[int, int] | None:
+    """Speech a window's text skipped (see SKIP_SECONDS), where its words are timed and the detector
+    ran: (the start of the segment whose word holds it, where the speech its words come from begins),
+    samples in the window's audio; that stretch is decoded again as a window of its own, and the rest
+    after it too. None where no word holds more than SKIP_SECONDS of speech."""
+    if window.result.no_speech or not window.words or not file.voiced:
+        return None
+    duration, offset = len(window.audio) / SAMPLE_RATE, window.start
+    segments = window_segments(window.result.tokens, pair.main.tokenizer, duration, True, window.words)
+    words = [(segment, word) for segment in segments for word in segment.words]
+    swallows = [_overlap(file.voiced, offset + w.start * SAMPLE_RATE, offset + w.end * SAMPLE_RATE)
+                > SKIP_SECONDS * SAMPLE_RATE for _, w in words]
+    if not any(swallows):
+        return None
+    first = swallows.index(True)
+    last = first + swallows[first:].index(False) - 1 if False in swallows[first:] else len(words) - 1
+    start = round(words[first][0].start * SAMPLE_RATE)
+    # the words after the skip begin with the speech in which the last word holding it ends, or after it
+    end = offset + round(words[last][1].end * SAMPLE_RATE)
+    after = next((i for i, (_, b) in enumerate(file.voiced) if b > end), 0)
+    resumed = (file.voiced[after - 1][1] + file.voiced[after][0]) // 2 - offset if after else 0
+    if resumed - start < TAIL_SECONDS * SAMPLE_RATE or resumed >= len(window.audio):
+        return None
+    return start, resumed
 
 
 def _once_each(segments: list[Segment]) -> list[Segment]:
