@@ -26,7 +26,8 @@ PROBED_ROW_COUNTS = (1, 2, 4, 8, 16)
 # speculation="auto": the most rows x assistant frames of a batch whose rounds draft, by device kind
 # and main decoder precision ("float" or "int8"); a pair not listed always drafts. Decisions, "Automatic
 # speculation limit".
-AUTO_MAX_DRAFT_FRAMES: dict[tuple[str, str], int] = {("cpu-amx", "int8"): 3 * 1500, ("cuda", "float"): 0}
+AUTO_MAX_DRAFT_FRAMES: dict[tuple[str, str], int] = {
+    ("cpu", "int8"): 3 * 1500, ("cpu-amx", "int8"): 3 * 1500, ("cuda", "float"): 0}
 
 
 def synchronize(device: torch.device) -> None:
