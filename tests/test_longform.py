@@ -11,7 +11,7 @@ from whisper_spec.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.metrics import word_error_rate
 from whisper_spec.options import ChunkingOptions, DecodingOptions, VadOptions
 from whisper_spec.pair import WhisperPair, decoder_subset
-from whisper_spec.pipeline import Transcript, _keep_to_speech, transcribe
+from whisper_spec.pipeline import Transcript, _keep_to_speech, skipped_stretch, transcribe
 from whisper_spec.segments import Segment
 from whisper_spec.timing import Word
 from whisper_spec.vad import VAD_FRAME, clamp_to_speech, padded, plan_chunks, speech_probabilities, speech_regions
@@ -51,6 +51,28 @@ def test_word_times_move_out_of_pauses():
     assert padded([(S, 2 * S), (3 * S, 4 * S)], 0.4, 5 * S) == [(int(0.6 * S), int(2.4 * S)), (int(2.6 * S), int(4.4 * S))]
     # a pause shorter than two pads is shared half and half
     assert padded([(S, 2 * S), (3 * S, 4 * S)], 0.6, 5 * S) == [(int(0.4 * S), int(2.5 * S)), (int(2.5 * S), int(4.6 * S))]
+
+
+def test_a_word_stretched_over_speech_marks_a_skip():
+    """FLEURS en joined, --no-vad: a window at 18.66 s gave "The hospital ..." (spoken from 44.26 s)
+    from its start, DTW stretching " The" and " hospital" back over 20 s of a quieter speaker."""
+    voiced = [(int(a * S), int(b * S)) for a, b in [(20.74, 26.5), (26.98, 31.23), (32.61, 37.54), (38.78, 42.5),
+                                                    (44.26, 52.61)]]
+    offset = int(18.66 * S)
+
+    def segment(*words):
+        return Segment(words[0][1], words[-1][2], "", [], [Word(w, a, b, 1.0, []) for w, a, b in words])
+
+    skipped = skipped_stretch([segment((" The", 0.0, 18.86), (" hospital", 18.86, 26.0), (" has", 26.0, 26.26))],
+                              voiced, offset, 30 * S)
+    # from the segment's start to the middle of the pause before the speech " hospital" ends in
+    assert skipped == (0, (int(42.5 * S) + int(44.26 * S)) // 2 - offset)
+    # a word ending in a pause: the speech after it
+    assert skipped_stretch([segment((" The", 0.0, 24.1), (" hospital", 24.1, 24.6))], voiced, offset, 30 * S) == skipped
+    # words of their own length, or one over a pause: nothing skipped
+    assert skipped_stretch([segment((" Then", 1.0, 1.4), (" we", 1.4, 1.9))], voiced, offset, 30 * S) is None
+    assert skipped_stretch([segment((" now", 12.0, 14.5))], voiced, offset, 30 * S) is None  # 1.1 s of speech
+    assert skipped_stretch([], voiced, offset, 30 * S) is None
 
 
 def test_vad_settings_are_checked():

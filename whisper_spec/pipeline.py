@@ -377,27 +377,33 @@ def _resume_at(pair: WhisperPair, window: _Window, file: _File) -> int | None:
 
 
 def _skipped(pair: WhisperPair, window: _Window, file: _File) -> tuple[int, int] | None:
-    """Speech a window's text skipped (see SKIP_SECONDS), where its words are timed and the detector
-    ran: (the start of the segment whose word holds it, where the speech its words come from begins),
-    samples in the window's audio; that stretch is decoded again as a window of its own, and the rest
-    after it too. None where no word holds more than SKIP_SECONDS of speech."""
+    """Speech a window's text skipped (see SKIP_SECONDS), where its words are timed and the detector ran."""
     if window.result.no_speech or not window.words or not file.voiced:
         return None
-    duration, offset = len(window.audio) / SAMPLE_RATE, window.start
-    segments = window_segments(window.result.tokens, pair.main.tokenizer, duration, True, window.words)
+    segments = window_segments(window.result.tokens, pair.main.tokenizer, len(window.audio) / SAMPLE_RATE, True,
+                               window.words)
+    return skipped_stretch(segments, file.voiced, window.start, len(window.audio))
+
+
+def skipped_stretch(segments: list[Segment], voiced: list[tuple[int, int]], offset: int, length: int
+                    ) -> tuple[int, int] | None:
+    """Where a window's words show that Whisper skipped speech: (the start of the segment of the
+    first word holding more than SKIP_SECONDS of the detected speech, the middle of the pause before
+    the speech in which the last such word in a row ends), samples in the window of `length` samples
+    at `offset` in the file; that stretch is decoded again as a window of its own, and the rest after
+    it too. None where no word holds that much, or the stretch is under TAIL_SECONDS."""
     words = [(segment, word) for segment in segments for word in segment.words]
-    swallows = [_overlap(file.voiced, offset + w.start * SAMPLE_RATE, offset + w.end * SAMPLE_RATE)
+    swallows = [_overlap(voiced, offset + w.start * SAMPLE_RATE, offset + w.end * SAMPLE_RATE)
                 > SKIP_SECONDS * SAMPLE_RATE for _, w in words]
     if not any(swallows):
         return None
     first = swallows.index(True)
     last = first + swallows[first:].index(False) - 1 if False in swallows[first:] else len(words) - 1
     start = round(words[first][0].start * SAMPLE_RATE)
-    # the words after the skip begin with the speech in which the last word holding it ends, or after it
     end = offset + round(words[last][1].end * SAMPLE_RATE)
-    after = next((i for i, (_, b) in enumerate(file.voiced) if b > end), 0)
-    resumed = (file.voiced[after - 1][1] + file.voiced[after][0]) // 2 - offset if after else 0
-    if resumed - start < TAIL_SECONDS * SAMPLE_RATE or resumed >= len(window.audio):
+    after = next((i for i, (_, b) in enumerate(voiced) if b > end), 0)
+    resumed = (voiced[after - 1][1] + voiced[after][0]) // 2 - offset if after else 0
+    if resumed - start < TAIL_SECONDS * SAMPLE_RATE or resumed >= length:
         return None
     return start, resumed
 
