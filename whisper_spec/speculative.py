@@ -144,7 +144,9 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
         context.live.keep(active)
         k = int(state.draft_length[active].max()) if context.drafts else 0
         round_drafts, k = draft(context, state, k, stats)
-        logits, scored = verify(context, state, k, round_drafts, stats)
+        logits, scored, features = verify(context, state, k, round_drafts, stats)
+        if context.judges_silence and state.no_speech is None:  # the first round's window starts at SOT
+            read_no_speech(context, state, context.main.decoder.logits(features[:, 0]))
         n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored)
         logprobs = token_logprobs(state, k, logits, scored, n_accepted, next_token) if state.sums_logprobs else None
         advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
@@ -217,10 +219,11 @@ def _draft_call(draft_logits, decoder, span: int, window: Tensor, positions: Ten
 
 
 def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: DecodingStats
-           ) -> tuple[Tensor, Tensor]:
+           ) -> tuple[Tensor, Tensor, Tensor]:
     """The main decoder scores each row's last accepted token and every draft in one pass.
     Returns the processed logits only where the round can end, [n_scored, vocab]: each active
-    row's drafts and the position after them (scored, [batch, k + 1])."""
+    row's drafts and the position after them (scored, [batch, k + 1]); and the final hidden states
+    of the window it read, [batch, width, d_model]."""
     tokens, length, decoder = state.tokens, state.length, context.main.decoder
     active = ~state.done
     steps = torch.arange(k + 1, device=tokens.device)
@@ -231,18 +234,11 @@ def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: 
     features = context.live.call(decoder.features, window, positions)
     if state.hidden is not None:
         state.hidden[torch.arange(len(tokens), device=tokens.device)[:, None], positions] = features
-    hidden = features[:, needed - k - 1 : needed][scored]
-    # the first round's window starts at SOT: its logits there in the same product, rather than
-    # a main call of their own (row-invariant: as a one-token step would give them)
-    first = context.judges_silence and state.no_speech is None
-    logits = decoder.logits(torch.cat([hidden, features[:, 0]]) if first else hidden)
-    if first:
-        read_no_speech(context, state, logits[len(hidden):])
-        logits = logits[: len(hidden)]
+    logits = decoder.logits(features[:, needed - k - 1 : needed][scored])
     flat = scored.view(-1)
     logits = context.rules(logits, tokens.repeat_interleave(k + 1, dim=0)[flat],
                            (length[:, None] + steps).view(-1)[flat])
-    return logits, scored
+    return logits, scored, features
 
 
 def accept(context: Context, state: State, k: int, round_drafts: Tensor, logits: Tensor, scored: Tensor
@@ -302,6 +298,8 @@ def advance(context: Context, state: State, k: int, round_drafts: Tensor, n_acce
 
     # in place, as every update of the state: a captured round (RoundGraph) reads and writes these tensors
     state.main_cached.copy_(torch.where(active, length + n_accepted, state.main_cached))
+    # a draft head keeps its entries made from its own guesses of the hidden states: reading the accepted
+    # drafts again with the main model's did not pay (decisions, "Draft heads")
     state.assistant_cached.copy_(torch.minimum(state.assistant_cached, length + n_accepted))
     new_length = length + new
     state.hit_max |= active & ~ended & (new_length >= context.max_length)
@@ -430,25 +428,27 @@ def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[
     tokens, decoder, width = state.tokens, context.main.decoder, context.fixed_width
     window, positions = _window(tokens, (state.length - 1).clamp(min=0), width)
     with_hidden = state.hidden is not None
-    step = functools.partial(verify_step, decoder, context.rules, context.temperature, with_hidden=with_hidden)
     if context.judges_silence and state.no_speech is None:  # a one-token prompt, which no prefill read
-        chosen, logprobs, *hidden, after_sot = step(window, positions, tokens, context.seeds, with_after_sot=True)
-        read_no_speech(context, state, after_sot)
+        chosen, logprobs, hidden = verify_step(decoder, context.rules, context.temperature, window, positions, tokens,
+                                               context.seeds, with_hidden=True)
+        read_no_speech(context, state, decoder.logits(hidden[:, 0]))
     else:
+        step = functools.partial(verify_step, decoder, context.rules, context.temperature, with_hidden=with_hidden)
         name = ("verify", context.rules.key, context.temperature, with_hidden)
         chosen, logprobs, *hidden = _replay(context, decoder, name, step, window, positions, tokens, context.seeds,
                                             direct=direct)
+        hidden = hidden[0] if hidden else None
     if with_hidden:
-        state.hidden.scatter_(1, positions[..., None].expand(-1, -1, state.hidden.shape[-1]), hidden[0])
+        state.hidden.scatter_(1, positions[..., None].expand(-1, -1, state.hidden.shape[-1]), hidden)
     return chosen, logprobs
 
 
 def verify_step(decoder, rules: LogitRules, temperature: float, window: Tensor, positions: Tensor, tokens: Tensor,
-                seeds: Tensor, with_hidden: bool = False, with_after_sot: bool = False) -> tuple[Tensor, ...]:
+                seeds: Tensor, with_hidden: bool = False) -> tuple[Tensor, ...]:
     """The main decoder on the windows, its logits processed at every position, and at each the
     token it chooses (argmax, or its draw at the position's uniform number) with that token's
     log-probability, [batch, width] each; with_hidden: also its final hidden states [batch, width,
-    d_model]; with_after_sot: also the raw logits at the first column."""
+    d_model]."""
     batch, width = window.shape
     hidden = decoder.features(window, positions)
     raw = decoder.logits(hidden)
@@ -460,7 +460,7 @@ def verify_step(decoder, rules: LogitRules, temperature: float, window: Tensor, 
     chosen = choose_tokens(logits, temperature, seeds[:, None].expand(-1, width).reshape(-1), targets)
     logprobs = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None])[:, 0]
     out = (chosen.view(batch, width), logprobs.view(batch, width))
-    return out + ((hidden,) if with_hidden else ()) + ((raw[:, 0],) if with_after_sot else ())
+    return out + ((hidden,) if with_hidden else ())
 
 
 def fixed_scored(state: State, k: int, round_drafts: Tensor, width: int) -> Tensor:
