@@ -9,6 +9,7 @@ without the pauses between them, the same script also ran "cont" (each chunk the
 from its first region to its last, what "vad" is now) and "padP" (regions padded by P seconds).
 
     python benchmarks/experiments/chunk_shapes.py longform vad,seq
+    python benchmarks/experiments/chunk_shapes.py fleurs vad,vad24,vad20
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ from whisper_spec.sources import default_assistant  # noqa: E402
 VARIANTS = {"vad": ChunkingOptions(vad=True), "seq": ChunkingOptions(vad=False)}
 
 
+def chunking(variant: str) -> ChunkingOptions:
+    if variant.startswith("vad") and variant[3:]:
+        return ChunkingOptions(vad=True, chunk_length=float(variant[3:]))
+    return VARIANTS[variant]
+
+
 def main(recordings: str, variants: list[str]) -> None:
     workdir = tempfile.TemporaryDirectory()
     files, paths = long_recordings(recordings, Path(workdir.name))
@@ -42,7 +49,7 @@ def main(recordings: str, variants: list[str]) -> None:
     for variant in variants:
         start = time.perf_counter()
         results = [next(transcribe(pair, [path], DecodingOptions(language=f["language"], speculation="off"),
-                                   chunking=VARIANTS[variant])) for path, f in zip(paths, files)]
+                                   chunking=chunking(variant))) for path, f in zip(paths, files)]
         seconds = time.perf_counter() - start
         wer = word_error_rate([files[i]["text"] for i in labeled], [results[i].text for i in labeled],
                               [files[i]["language"] for i in labeled])
