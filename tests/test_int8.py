@@ -16,10 +16,10 @@ from whisper_spec.encoding import encoder_states
 from whisper_spec.load import load_model, load_pair
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import encoder_precision
+from whisper_spec.platform import KERNEL_ROW_BLOCK, prepare_int8
 from whisper_spec.quantize import (
     ALIGNMENT,
     BLOCK_LINEARS,
-    KERNEL_ROW_BLOCK,
     DynamicInt8Linear,
     Int8Embedding,
     Int8Linear,
@@ -161,6 +161,9 @@ def test_int8_linear_realigns_a_misaligned_weight_before_the_kernel_reads_it(off
     reference.weight, reference.scales = weight, scales
     linear = Int8Linear(512, 1024, bias=False, device="meta")
     linear.weight, linear.scales = _misaligned_copy(weight, offset), scales
+    for module in (reference, linear):
+        prepare_int8(module, torch.device("cpu"), {torch.bfloat16})
+    assert linear.kernels[torch.bfloat16] == "int8pack_mm"
     assert not is_aligned(linear.weight)
     x = torch.randn(3, 512, dtype=torch.bfloat16)
     assert torch.equal(linear(x), reference(x))
@@ -169,14 +172,14 @@ def test_int8_linear_realigns_a_misaligned_weight_before_the_kernel_reads_it(off
 
 @torch.inference_mode()
 def test_int8_kernel_calls_of_at_most_four_rows_give_each_row_its_one_row_result():
-    """int8pack_mm splits a product of more rows into calls of KERNEL_ROW_BLOCK (a speed fix);
+    """On CPU int8pack_mm takes calls of KERNEL_ROW_BLOCK rows at most (a speed fix);
     every row, in any call, is what the kernel gives that row alone, and what one call gives it."""
     weight, scales = quantize_per_channel(torch.randn(1031, 512))
     scales = scales.to(torch.bfloat16)
     x = torch.randn(9, 512, dtype=torch.bfloat16)
     alone = torch.cat([torch.ops.aten._weight_int8pack_mm(x[i : i + 1], weight, scales) for i in range(len(x))])
     for n_rows in range(1, len(x) + 1):
-        assert torch.equal(int8pack_mm(x[:n_rows], weight, scales), alone[:n_rows])
+        assert torch.equal(int8pack_mm(x[:n_rows], weight, scales, KERNEL_ROW_BLOCK), alone[:n_rows])
         assert torch.equal(torch.ops.aten._weight_int8pack_mm(x[:n_rows], weight, scales), alone[:n_rows])
     assert KERNEL_ROW_BLOCK < len(x)
 

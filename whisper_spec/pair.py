@@ -15,7 +15,7 @@ from torch import nn
 
 from .model import Decoder, DraftHead, DraftVocabProjection, Encoder, Linear, ModelDims
 from .platform import Platform, onednn_packed, resolve
-from .quantize import DynamicInt8Linear, Int8Linear, kernel_for, quantize_per_channel
+from .quantize import DynamicInt8Linear, Int8Linear, quantize_per_channel
 from .tokenizer import SpecialTokens, Tokenizer
 
 
@@ -76,7 +76,7 @@ class WhisperPair:
         """The int8 matmul the decoders use ('int8pack_mm', 'compiled', 'dequantize'), None if float."""
         if not isinstance(self.main.decoder.proj_out, Int8Linear):
             return None
-        return kernel_for(self.device.type, self.dtype)
+        return self.main.decoder.proj_out.kernels[self.dtype]
 
 
 def decoder_precision(model: Whisper) -> str:

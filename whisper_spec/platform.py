@@ -2,11 +2,11 @@
 
 Kernels, their exactness and the measured policies differ by device kind and CPU instruction set.
 Everything that tells them apart lives here: the loaders' defaults (decoder and encoder precision),
-how modules are prepared for a device (packed weights, attention dtype, one encoder window a
-call), the probes of which kernels compute a decoder position alike however many positions share a
-call, and a `Platform` record resolved once per loaded pair that decoding reads. model.py,
-decoding.py and encoding.py ask the record or the settings it put on the modules; none of them
-tests the device itself. The reasons and figures behind each choice: docs/decisions.md.
+how modules are prepared for a device (packed weights, attention dtype, int8 kernels, one encoder
+window a call), the probes of which kernels run and which compute a decoder position alike however
+many positions share a call, and a `Platform` record resolved once per loaded pair that decoding
+reads. model.py, quantize.py, decoding.py and encoding.py ask the record or the settings it put on
+the modules; none of them tests the device itself. The reasons and figures behind each choice: docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -18,7 +18,15 @@ import torch
 from torch import Tensor, nn
 
 from .model import Decoder, Encoder, Linear, attend, padded_rows
-from .quantize import Int8Linear, dynamic_int8_available, kernel_for
+from .quantize import (
+    ROW_INT8_ENGINE,
+    Int8Linear,
+    compiled_dequantize_mm,
+    dynamic_int8_available,
+    pack_row_int8,
+    quantize_per_channel,
+    row_int8_mm,
+)
 
 # the row counts a call may be padded to, in the probes of row invariance
 PROBED_ROW_COUNTS = (1, 2, 4, 8, 16)
@@ -53,6 +61,66 @@ def cpu_has_amx() -> bool:
 def device_kind(device: torch.device) -> str:
     """The device's type, "cpu-amx" for a CPU with AMX tiles, whose kernels and measured policies differ."""
     return "cpu-amx" if device.type == "cpu" and cpu_has_amx() else device.type
+
+
+# ---------------------------------------------------------------------------- int8 kernels
+
+
+_KERNELS: dict[tuple[str, torch.dtype], str] = {}  # kernel_for's answers
+
+
+def kernel_for(device_type: str, dtype: torch.dtype) -> str:
+    """The fastest int8 matmul that runs here: 'row_int8' (float32 on CPU, see row_int8_mm),
+    'int8pack_mm', 'compiled' or 'dequantize'.
+
+    Probed once per device type and dtype, outside any compiled code: a compiled caller (the
+    compiled draft step) reads the answer as a constant (a functools.cache would be traced through,
+    the probe's ops compiled into every step)."""
+    key = (device_type, dtype)
+    if key not in _KERNELS:
+        _KERNELS[key] = _probe_kernel(device_type, dtype)
+    return _KERNELS[key]
+
+
+def _probe_kernel(device_type: str, dtype: torch.dtype) -> str:
+    """The probe's weight has the layout every real one is given (fresh, contiguous, aligned) and
+    an odd row count like the vocabulary's: a kernel that crashes rather than raises is not caught."""
+    device = torch.device(device_type)
+    x = torch.randn(2, 64, dtype=dtype, device=device)
+    weight, scales = quantize_per_channel(torch.randn(33, 64))
+    if device_type == "cpu" and dtype == torch.float32 and ROW_INT8_ENGINE in torch.backends.quantized.supported_engines:
+        try:
+            row_int8_mm(x, pack_row_int8(weight, scales))
+            return "row_int8"
+        except (RuntimeError, NotImplementedError, AttributeError):
+            pass
+    try:
+        torch.ops.aten._weight_int8pack_mm(x, weight.to(device), scales.to(device=device, dtype=dtype))
+        return "int8pack_mm"
+    except (RuntimeError, NotImplementedError, AttributeError):
+        pass
+    try:
+        compiled_dequantize_mm()(x, weight.to(device), scales.to(device=device, dtype=dtype))
+        return "compiled"
+    except Exception:  # noqa: BLE001 - no compiler backend here: fall back, and say so
+        return "dequantize"
+
+
+
+# ATen's fused int8 kernel shares blocks of 4 rows among threads block-row first, so from 5 rows on one
+# thread gets a whole block's product; 4 rows a call share out the output channels instead, each row's
+# result the same (decisions, "int8 kernel calls of 4 rows on CPU").
+KERNEL_ROW_BLOCK = 4
+
+
+def prepare_int8(module: nn.Module, device: torch.device, dtypes) -> None:
+    """Give the module's int8 linears their kernel for activations of each of these dtypes on the
+    device (added to any they have: a tied embedding serves decoders of two dtypes), and on CPU
+    fused-kernel calls of at most KERNEL_ROW_BLOCK rows."""
+    for linear in module.modules():
+        if isinstance(linear, Int8Linear):
+            linear.kernels = {**linear.kernels, **{dtype: kernel_for(device.type, dtype) for dtype in dtypes}}
+            linear.row_block = KERNEL_ROW_BLOCK if device.type == "cpu" else None
 
 
 # ---------------------------------------------------------------------------- loaders' defaults
@@ -133,6 +201,8 @@ def prepare(module: nn.Module, device: torch.device) -> None:
                 if isinstance(linear, Linear) and linear.packed is None:
                     linear.packed = onednn_packed(linear.weight)
             part.attention_dtype = torch.float32 if cpu else None
+            # on CPU float32 too: the output projection's int8 activations (Int8Linear.int8_activations)
+            prepare_int8(part, device, {part.dtype, torch.float32} if cpu else {part.dtype})
         elif isinstance(part, Encoder):
             # batched passes page-fault their large activations, and a window's states would depend on
             # its batch (decisions, "One encoder window a call on CPU")

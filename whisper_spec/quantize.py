@@ -7,7 +7,8 @@ linears (self- and cross-attention, feed-forward, and the tied embedding / outpu
 int8 halves those bytes against float16. The matmul is fused: `aten._weight_int8pack_mm` reads
 the int8 weight and applies the scales inside the kernel. Where that kernel does not run, a
 torch.compile-fused dequantize-matmul is used, and only where compilation is unavailable too a
-plain dequantize-then-matmul; `kernel_for` reports which. On CPU the output projection (and an
+plain dequantize-then-matmul; the platform probes which (`platform.kernel_for`) and sets each
+module's choice when it prepares a decoder for its device. On CPU the output projection (and an
 assistant's draft-vocabulary rows of it) quantizes its activations too, per row (`row_int8_mm`),
 and float32 activations take that kernel everywhere.
 
@@ -73,58 +74,11 @@ def quantize_decoder_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
-_KERNELS: dict[tuple[str, torch.dtype], str] = {}  # kernel_for's answers
-
-
-def kernel_for(device_type: str, dtype: torch.dtype) -> str:
-    """The fastest int8 matmul that runs here: 'row_int8' (float32 on CPU, see row_int8_mm),
-    'int8pack_mm', 'compiled' or 'dequantize'.
-
-    Probed once per device type and dtype, outside any compiled code: a compiled caller (the
-    compiled draft step) reads the answer as a constant (a functools.cache would be traced through,
-    the probe's ops compiled into every step)."""
-    key = (device_type, dtype)
-    if key not in _KERNELS:
-        _KERNELS[key] = _probe_kernel(device_type, dtype)
-    return _KERNELS[key]
-
-
-def _probe_kernel(device_type: str, dtype: torch.dtype) -> str:
-    """The probe's weight has the layout every real one is given (fresh, contiguous, aligned) and
-    an odd row count like the vocabulary's: a kernel that crashes rather than raises is not caught."""
-    device = torch.device(device_type)
-    x = torch.randn(2, 64, dtype=dtype, device=device)
-    weight, scales = quantize_per_channel(torch.randn(33, 64))
-    if device_type == "cpu" and dtype == torch.float32 and ROW_INT8_ENGINE in torch.backends.quantized.supported_engines:
-        try:
-            row_int8_mm(x, pack_row_int8(weight, scales))
-            return "row_int8"
-        except (RuntimeError, NotImplementedError, AttributeError):
-            pass
-    try:
-        torch.ops.aten._weight_int8pack_mm(x, weight.to(device), scales.to(device=device, dtype=dtype))
-        return "int8pack_mm"
-    except (RuntimeError, NotImplementedError, AttributeError):
-        pass
-    try:
-        _compiled_dequantize_mm()(x, weight.to(device), scales.to(device=device, dtype=dtype))
-        return "compiled"
-    except Exception:  # noqa: BLE001 - no compiler backend here: fall back, and say so
-        return "dequantize"
-
-
-# ATen's fused int8 kernel shares blocks of 4 rows among threads block-row first, so from 5 rows on one
-# thread gets a whole block's product; 4 rows a call share out the output channels instead, each row's
-# result the same (decisions, "int8 kernel calls of 4 rows on CPU").
-KERNEL_ROW_BLOCK = 4
-
-
-def int8pack_mm(x: Tensor, weight: Tensor, scales: Tensor) -> Tensor:
-    """x @ (weight * scales).T by the fused kernel; on CPU at most KERNEL_ROW_BLOCK rows a call."""
-    if len(x) <= KERNEL_ROW_BLOCK or not x.is_cpu:
+def int8pack_mm(x: Tensor, weight: Tensor, scales: Tensor, row_block: int | None = None) -> Tensor:
+    """x @ (weight * scales).T by the fused kernel, in calls of at most row_block rows (None: one call)."""
+    if row_block is None or len(x) <= row_block:
         return torch.ops.aten._weight_int8pack_mm(x, weight, scales)
-    return torch.cat([torch.ops.aten._weight_int8pack_mm(rows, weight, scales)
-                      for rows in x.split(KERNEL_ROW_BLOCK)])
+    return torch.cat([torch.ops.aten._weight_int8pack_mm(rows, weight, scales) for rows in x.split(row_block)])
 
 
 # CPU decoders' int8 activations: each row is divided by its largest magnitude, then quantized with one
@@ -168,7 +122,7 @@ def _dequantize_mm(x: Tensor, weight: Tensor, scales: Tensor) -> Tensor:
 
 
 @functools.cache
-def _compiled_dequantize_mm():
+def compiled_dequantize_mm():
     """torch.compile'd at first use: importing the compiler costs over a second of start-up."""
     return torch.compile(_dequantize_mm, dynamic=True)
 
@@ -187,15 +141,20 @@ class Int8Linear(nn.Module):
         # where that kernel is the fastest at any row count (see ROW_INT8_SCALE)
         self.int8_activations = False
         self.row_packed = None  # the weight packed for row_int8_mm, made at its first use
+        # set by platform.prepare for the module's device: the kernel for activations of each dtype it
+        # will see, and the most rows a fused-kernel call takes (None: any)
+        self.kernels: dict[torch.dtype, str] = {}
+        self.row_block: int | None = None
 
     def kernel(self, x: Tensor) -> str:
         """Which int8 matmul forward runs for x. A compiled draft step (torch.compile traces no packed
         fbgemm weight) takes the kernel of x's dtype: its drafts may then differ in the last bits,
         which only proposals may."""
-        if (self.int8_activations and not torch.compiler.is_compiling()
-                and kernel_for(x.device.type, torch.float32) == "row_int8"):
+        if self.int8_activations and not torch.compiler.is_compiling() and self.kernels.get(torch.float32) == "row_int8":
             return "row_int8"
-        return kernel_for(x.device.type, x.dtype)
+        if x.dtype not in self.kernels:
+            raise RuntimeError(f"int8 linear not prepared for {x.dtype} activations (platform.prepare)")
+        return self.kernels[x.dtype]
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
@@ -209,9 +168,9 @@ class Int8Linear(nn.Module):
         elif kernel == "int8pack_mm":
             if not torch.compiler.is_compiling() and not is_aligned(self.weight):
                 self.weight = aligned(self.weight)
-            y = int8pack_mm(x.contiguous(), self.weight, scales)
+            y = int8pack_mm(x.contiguous(), self.weight, scales, self.row_block)
         elif kernel == "compiled":
-            y = _compiled_dequantize_mm()(x, self.weight, scales)
+            y = compiled_dequantize_mm()(x, self.weight, scales)
         else:
             y = _dequantize_mm(x, self.weight, scales)
         if self.bias is not None:
@@ -231,7 +190,7 @@ class Int8Linear(nn.Module):
         """The projection onto some output channels only (a draft vocabulary)."""
         rows = Int8Linear(self.in_features, len(token_ids), bias=False, device="meta")
         rows.weight, rows.scales = self.weight[token_ids], self.scales[token_ids]
-        rows.int8_activations = self.int8_activations
+        rows.int8_activations, rows.kernels, rows.row_block = self.int8_activations, self.kernels, self.row_block
         return rows
 
 
