@@ -229,7 +229,7 @@ class _Job:
             window.kept = resume / SAMPLE_RATE
         following = []
         if file.chunked:
-            cuts = [resume, *skipped[1:]] if skipped else [resume] if resume is not None else []
+            cuts = list(skipped) if skipped else [] if resume is None else [resume]
             following = [_Window(window.file, window.start + a, window.audio[a:b], 0.0)
                          for a, b in zip(cuts, [*cuts[1:], len(window.audio)])]
         else:  # the next window starts where this one's text stopped, and ends before speech it skipped
@@ -237,8 +237,9 @@ class _Job:
                 resume = _pause_before(file, window, resume)
                 window.kept = resume / SAMPLE_RATE
             start = _speech_from(file, window.start + (len(window.audio) if resume is None else resume))
-            until = window.start + skipped[1] if skipped else start
-            length = until - start if start < until else self.chunk
+            length = self.chunk
+            if skipped and window.start + skipped[1] > start:
+                length = window.start + skipped[1] - start
             following = [_window_at(file, window.file, start, length)] if start < len(file.audio) else []
             window.new_seconds, file.counted = (start - file.counted) / SAMPLE_RATE, start
         if self.on_window is not None:

@@ -106,7 +106,6 @@ def _probe_kernel(device_type: str, dtype: torch.dtype) -> str:
         return "dequantize"
 
 
-
 # ATen's fused int8 kernel shares blocks of 4 rows among threads block-row first, so from 5 rows on one
 # thread gets a whole block's product; 4 rows a call share out the output channels instead, each row's
 # result the same (decisions, "int8 kernel calls of 4 rows on CPU").
