@@ -37,6 +37,7 @@ from whisper_spec.decoding import decode_encoded, decode_windows
 from whisper_spec.drafts import compiled_draft_logits, draft_logits
 from whisper_spec.encoding import encode
 from whisper_spec.load import load_pair
+from whisper_spec.model import DecoderCaches
 from whisper_spec.options import DecodingOptions
 from whisper_spec.sources import ct2_source
 from whisper_spec.stats import DecodingStats
@@ -53,7 +54,7 @@ def _cross_kv_seconds(pair, states: torch.Tensor) -> float:
     """The main decoder's cross-attention keys and values of one window's encoder states."""
     start = time.perf_counter()
     with torch.inference_mode():
-        pair.main.decoder.set_cross(states)
+        pair.main.decoder.cross_states(states)
     return time.perf_counter() - start
 
 
@@ -129,9 +130,9 @@ def _step_costs(pair, mels: list[torch.Tensor], top: int) -> dict:
         seconds, forwards = seconds + stats.decoding_seconds, forwards + stats.main_forwards
     profiled_forwards, ops = 0, {}
     for mel in mels:
-        encode(pair, mel, None, DecodingStats())
+        encoded = encode(pair, mel, None, DecodingStats())
         with torch.profiler.profile() as profile:
-            _, stats = decode_encoded(pair, 1, options)
+            _, stats = decode_encoded(pair, encoded, options)
         profiled_forwards += stats.main_forwards
         for event in profile.key_averages():
             total = ops.setdefault(event.key, [0.0, 0])
@@ -154,20 +155,20 @@ def _call_costs(pair, mel: torch.Tensor, repeats: int, position: int = 24) -> di
     options = DecodingOptions()
     n_ctx = pair.main.dims.n_text_ctx + options.max_draft_tokens + 1  # decoding's cache length
     main, assistant = pair.main.decoder, pair.assistant.decoder
-    for decoder in (main, assistant):
-        decoder.ensure_caches(1, n_ctx)
-    encode(pair, mel, None, DecodingStats())
+    encoded = encode(pair, mel, None, DecodingStats())
+    main_caches = DecoderCaches(encoded.main, main.new_caches(1, n_ctx))
+    assistant_caches = DecoderCaches(encoded.assistant, assistant.new_caches(1, n_ctx))
     token = pair.main.special.eot
     median_ms = functools.partial(_median_ms, repeats=repeats)
 
     def main_call(width: int):
         tokens = torch.full((1, width), token)
         positions = torch.arange(position, position + width)[None]
-        return lambda: main.logits(main.features(tokens, positions))
+        return lambda: main.logits(main.features(tokens, positions, main_caches))
 
     def draft_step(step):
         tokens, positions = torch.full((1, 1), token), torch.tensor([[position]])
-        return lambda: step(assistant, tokens, positions, position + 1)
+        return lambda: step(assistant, assistant_caches, position + 1, tokens, positions)
 
     with torch.inference_mode():
         main_ms = {width: median_ms(main_call(width)) for width in range(1, 6)}

@@ -70,15 +70,15 @@ def measure(pair, mels: list[torch.Tensor], languages: list[str], target: float,
     stats = {mode: DecodingStats() for mode in modes}
     tokens_equal = True
     with torch.inference_mode():
-        encode(pair, mels[0], None, DecodingStats())
-        decoding.decode_encoded(pair, 1, DecodingOptions(speculation="on"), languages=languages[:1])  # warm-up
+        encoded = encode(pair, mels[0], None, DecodingStats())
+        decoding.decode_encoded(pair, encoded, DecodingOptions(speculation="on"), languages=languages[:1])  # warm-up
         for i, (mel, language) in enumerate(zip(tqdm(mels, desc=label, unit="clip"), languages)):
-            encode(pair, mel, None, DecodingStats())
+            encoded = encode(pair, mel, None, DecodingStats())
             tokens = {}
             for mode in (list(modes) if i % 2 == 0 else list(modes)[::-1]):
                 with timed_parts(seconds[mode]):
                     results, clip_stats = decoding.decode_encoded(
-                        pair, 1, DecodingOptions(speculation=modes[mode]), languages=[language])
+                        pair, encoded, DecodingOptions(speculation=modes[mode]), languages=[language])
                 stats[mode].add(clip_stats)
                 tokens[mode] = results[0].tokens
             tokens_equal &= tokens["main-only"] == tokens["drafting"]

@@ -33,10 +33,10 @@ from whisper_spec.pair import decoder_precision
 from whisper_spec.stats import DecodingStats
 
 
-def _decode(pair, languages: list[str | None], policy: str, timestamps: bool) -> tuple[list[list[int]], float]:
+def _decode(pair, encoded, languages: list[str | None], policy: str, timestamps: bool) -> tuple[list[list[int]], float]:
     """Tokens and decoding seconds of the encoded batch under a speculation policy (off, on or auto)."""
     options = DecodingOptions(speculation=policy, timestamps=timestamps)
-    results, stats = decode_encoded(pair, len(languages), options, languages=languages)
+    results, stats = decode_encoded(pair, encoded, options, languages=languages)
     return [r.tokens for r in results], stats.decoding_seconds
 
 
@@ -68,12 +68,12 @@ def main() -> int:
         batches = [(mels[i : i + batch_size], rows[i : i + batch_size]) for i in range(0, len(rows), batch_size)]
         for i, (batch_mels, batch_rows) in enumerate(tqdm(batches, desc=f"batch {batch_size}", unit="batch")):
             languages = [r.get("language") for r in batch_rows]
-            encode(pair, torch.cat(batch_mels), None, DecodingStats())
+            encoded = encode(pair, torch.cat(batch_mels), None, DecodingStats())
             if i == 0:
-                _decode(pair, languages, "off", long_form)  # warm-up
+                _decode(pair, encoded, languages, "off", long_form)  # warm-up
             tokens = {}
             for policy in policies[i % len(policies) :] + policies[: i % len(policies)]:
-                tokens[policy], took = _decode(pair, languages, policy, long_form)
+                tokens[policy], took = _decode(pair, encoded, languages, policy, long_form)
                 seconds[policy] += took
             for policy in policies:
                 identical[policy] &= tokens[policy] == tokens["off"]

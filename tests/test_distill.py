@@ -21,6 +21,7 @@ from whisper_spec.distill.student import build_student, spread_layers
 from whisper_spec.distill.train import distill
 from whisper_spec.jobs import Job
 from whisper_spec.load import load_distilled, load_pair
+from whisper_spec.model import DecoderCaches
 from whisper_spec.options import DecodingOptions, DistillOptions
 from whisper_spec.pair import WhisperPair
 
@@ -218,10 +219,10 @@ def test_training_gradients_reach_the_student_through_the_shared_projection(rand
     assert student.proj_out.rows.packed is not None
     with torch.no_grad():
         states = main.encoder(torch.randn(1, 80, 3000))
-        main.decoder.set_cross(states)
-    student.set_cross(states, main=main.decoder)
+        main_cross = main.decoder.cross_states(states)
+    caches = DecoderCaches(student.cross_states(states, main=main_cross))
     tokens = torch.randint(0, 50, (1, 6))
-    logits = student.proj_out.compact(student.features(tokens, torch.arange(6)[None]))
+    logits = student.proj_out.compact(student.features(tokens, torch.arange(6)[None], caches))
     torch.nn.functional.cross_entropy(logits[0], torch.randint(0, 50, (6,))).backward()
     assert student.blocks[0].mlp.fc2.weight.grad is not None
     assert student.blocks[0].mlp.fc2.weight.grad.abs().sum() > 0

@@ -2,7 +2,6 @@
 their directory, and exact in both implementations of the round, at batch 1 and 4, greedy and sampling."""
 
 import json
-from dataclasses import replace
 
 import pytest
 import torch

@@ -106,7 +106,7 @@ def test_whole_rounds_replayed_as_graphs_would_give_the_same_tokens(monkeypatch)
             self.run_round()
 
     monkeypatch.setattr(speculative, "capture_round", Replayed)
-    monkeypatch.setattr(speculative, "step_graphs", lambda decoder: lambda name, step, *inputs: step(*inputs))
+    monkeypatch.setattr(speculative, "step_graphs", lambda decoder: lambda caches, name, step, *inputs: step(*inputs))
     pair = random_pair()
     torch.manual_seed(0)
     mel = torch.randn(3, 80, 3000)

@@ -14,6 +14,7 @@ from whisper_spec.cli.main import main as cli
 from whisper_spec.decoding import decode_windows
 from whisper_spec.encoding import encoder_states
 from whisper_spec.load import load_model, load_pair
+from whisper_spec.model import DecoderCaches
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import encoder_precision
 from whisper_spec.platform import KERNEL_ROW_BLOCK, prepare_int8
@@ -95,8 +96,7 @@ def test_int8_cross_attention_states_come_from_a_float_product_of_the_int8_weigh
     int8_pair = load_pair("base", None, dtype="bfloat16", int8=True, encoder_precision="float32")
     states = torch.randn(1, 1500, 512) * 0.5
     float_block, int8_block = base_pair.main.decoder.blocks[2], int8_pair.main.decoder.blocks[2]
-    int8_pair.main.decoder.set_cross(states)
-    k, v = int8_block.cross_attn.cross_kv
+    k, v = int8_pair.main.decoder.cross_states(states)[2]
     assert k.dtype == v.dtype == torch.float32
     kv = int8_block.cross_attn.kv
     product = kv.many_rows(states.to(torch.bfloat16).float())
@@ -117,12 +117,8 @@ def test_cross_attention_states_beside_an_int8_encoder_are_int8_products_a_windo
     assert pair.main.encoder.blocks[0].mlp.fc1.__class__ is DynamicInt8Linear
     states = torch.randn(3, 1500, 512) * torch.tensor([0.1, 0.5, 2.0])[:, None, None]
     decoder = pair.main.decoder
-    decoder.set_cross(states)
-    together = decoder.blocks[2].cross_attn.cross_kv
-    alone = []
-    for window in states.split(1):
-        decoder.set_cross(window)
-        alone.append(decoder.blocks[2].cross_attn.cross_kv)
+    together = decoder.cross_states(states)[2]
+    alone = [decoder.cross_states(window)[2] for window in states.split(1)]
     for i, t in enumerate(together):
         assert t.dtype == torch.float32
         assert torch.equal(t, torch.cat([a[i] for a in alone]))
@@ -250,15 +246,15 @@ def test_positions_scored_together_get_the_logits_of_one_token_steps(request, ba
     fixtures = {"int8/float32": "row_int8_pair", "int8/bfloat16": "int8_pair", "float32": "base_pair"}
     pair = request.getfixturevalue(fixtures[precision]) if precision in fixtures else load_pair("base", None, dtype=precision)
     decoder = pair.main.decoder
-    decoder.set_cross(pair.main.encoder(mel_of(CLIPS[:2])))
+    cross = decoder.cross_states(pair.main.encoder(mel_of(CLIPS[:2])))
     prompt = pair.main.special.prompt("en", "transcribe", False)
     text = torch.randint(220, 50000, (2, 8), generator=torch.Generator().manual_seed(0))
     tokens = torch.cat([torch.tensor([prompt, prompt]), text], dim=1)
     positions = torch.arange(tokens.shape[1]).expand_as(tokens)
-    decoder.setup_caches(2, 40)
-    together = decoder(tokens, positions)
-    decoder.setup_caches(2, 40)
-    one_by_one = torch.cat([decoder(tokens[:, i : i + 1], positions[:, i : i + 1]) for i in range(tokens.shape[1])], 1)
+    together = decoder(tokens, positions, DecoderCaches(cross, decoder.new_caches(2, 40)))
+    caches = DecoderCaches(cross, decoder.new_caches(2, 40))
+    one_by_one = torch.cat([decoder(tokens[:, i : i + 1], positions[:, i : i + 1], caches)
+                            for i in range(tokens.shape[1])], 1)
     assert torch.equal(together, one_by_one)
 
 
@@ -369,8 +365,7 @@ def test_a_warm_start_reads_int8_weights_from_the_cache_instead_of_quantizing(tm
         assert isinstance(pair.main.encoder.blocks[0].mlp.fc1, DynamicInt8Linear)
         with torch.inference_mode():
             states = pair.main.encoder(mel)
-            pair.main.decoder.set_cross(states)
-        cross = [t.clone() for block in pair.main.decoder.blocks for t in block.cross_attn.cross_kv]
+            cross = [t for kv in pair.main.decoder.cross_states(states) for t in kv]
         return [model.decoder.state_dict() for model in (pair.main, pair.assistant)], states, cross
 
     cold = loaded()

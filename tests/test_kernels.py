@@ -19,7 +19,7 @@ KERNEL_SETS = ([("default", "SSE41"), ("avx2", "AVX2")] + ([("avx512", "AVX512_C
 CHECK = """
 import torch
 from whisper_spec.load import build_decoder
-from whisper_spec.model import Decoder, ModelDims
+from whisper_spec.model import Decoder, DecoderCaches, ModelDims
 from whisper_spec.platform import make_row_invariant, query_rows
 from whisper_spec.quantize import quantize_decoder_state
 
@@ -46,11 +46,10 @@ for queries in (padding, 0):
             tokens = all_tokens[:batch]
             positions = torch.arange(9).expand_as(tokens)
             with torch.inference_mode():
-                decoder.set_cross(encoder_states[:batch])
-                decoder.setup_caches(batch, 40)
-                together = decoder(tokens, positions)
-                decoder.setup_caches(batch, 40)
-                alone = torch.cat([decoder(tokens[:, i : i + 1], positions[:, i : i + 1]) for i in range(9)], dim=1)
+                cross = decoder.cross_states(encoder_states[:batch])
+                together = decoder(tokens, positions, DecoderCaches(cross, decoder.new_caches(batch, 40)))
+                caches = DecoderCaches(cross, decoder.new_caches(batch, 40))
+                alone = torch.cat([decoder(tokens[:, i : i + 1], positions[:, i : i + 1], caches) for i in range(9)], dim=1)
             assert torch.equal(together, alone), (
                 f"{name}, batch {batch}, queries padded to {queries}: positions scored together differ")
 # the CPU defaults keep verification in one product on every instruction set (bfloat16 float linears

@@ -16,7 +16,6 @@ CLIPS = ["librispeech/test-other/1998-15444-0003.flac", "multilingual/pl/mls_188
 
 @pytest.mark.slow
 def test_decoder_only_assistant_reads_no_encoder_and_is_exact(base_pair, tmp_path):
-    base_pair.main.decoder.setup_caches(1, 8)  # as after decoding: its blocks hold caches, the subset's do not
     subset = decoder_subset(base_pair.main, [0, 3, 5])
     assert subset.name == "base[decoder layers 0,3,5]"
     # it shares the main layers' weights and their packed float32 copies, copying neither

@@ -4,10 +4,10 @@
 import torch
 from conftest import perturbed_decoder, random_model
 
+from whisper_spec.caches import BatchCaches
 from whisper_spec.decoding import _context
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
-from whisper_spec.rows import LiveRows
 from whisper_spec.sampling import position_uniforms, row_seeds, sample_tokens
 from whisper_spec.speculative import accept, accept_greedy, advance, initial_state
 
@@ -58,9 +58,11 @@ def _round(batch=3, temperature=0.0, max_length=40, **options):
     options = DecodingOptions(speculation="on", language="en", draft_confidence=0, **options)
     n_ctx = max_length + options.max_draft_tokens + 1
     languages = ["en"] * batch
-    live = LiveRows([], batch, CPU, True)
+    states = torch.zeros(batch, main.dims.n_audio_ctx, main.dims.d_model)
+    caches = BatchCaches([(model.decoder, model.decoder.cross_states(states)) for model in (main, pair.assistant)],
+                         n_ctx, row_invariant=True)
     context = _context(pair.platform, main, pair.assistant, options, temperature, [0] * batch, languages, n_ctx,
-                       max_length, CPU, live)
+                       max_length, CPU, caches, False)
     return context, initial_state(context, languages)
 
 

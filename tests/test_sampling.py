@@ -8,7 +8,7 @@ import torch
 from conftest import RANDOM_DIMS, perturbed_decoder, random_model
 
 from whisper_spec.decoding import decode_windows
-from whisper_spec.model import DraftVocabProjection, Linear
+from whisper_spec.model import DecoderCaches, DraftVocabProjection, Linear
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
 from whisper_spec.rules import LogitRules
@@ -22,12 +22,11 @@ def exact_joint(model, mel, prompt):
     vocab = model.dims.n_vocab
     decoder = model.decoder
     rules = LogitRules(model.special, vocab, len(prompt), False, torch.device("cpu"))
-    decoder.setup_caches(vocab, 16)
-    decoder.set_cross(model.encoder(mel).expand(vocab, -1, -1))
+    caches = DecoderCaches(decoder.cross_states(model.encoder(mel).expand(vocab, -1, -1)), decoder.new_caches(vocab, 16))
     tokens = torch.tensor(prompt).repeat(vocab, 1)
     tokens = torch.cat([tokens, torch.arange(vocab)[:, None]], dim=1)
     positions = torch.arange(tokens.shape[1]).repeat(vocab, 1)
-    logits = decoder(tokens, positions)
+    logits = decoder(tokens, positions, caches)
     padded = torch.cat([tokens, torch.zeros(vocab, 4, dtype=torch.long)], dim=1)
     first = torch.softmax(rules(logits[:1, -2], padded[:1], torch.tensor([len(prompt)])) / TEMPERATURE, -1)[0]
     second = torch.softmax(rules(logits[:, -1], padded, torch.full((vocab,), len(prompt) + 1)) / TEMPERATURE, -1)

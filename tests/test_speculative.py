@@ -6,7 +6,8 @@ import pytest
 import torch
 from conftest import main_alone, mel_of, perturbed_decoder, random_model, speech
 
-from whisper_spec.decoding import decode_encoded, decode_windows
+from whisper_spec.caches import kept_cache_length, self_attention_caches
+from whisper_spec.decoding import decode_encoded, decode_windows, encode_batch
 from whisper_spec.encoding import encode, encoder_states
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair, decoder_subset
@@ -62,7 +63,8 @@ def test_a_window_encodes_alike_alone_and_in_a_batch(base_pair, clip_mel):
 @pytest.mark.slow
 def test_a_row_decodes_alike_alone_and_beside_rows_that_finish_first(base_with_layer_subset, clip_mel):
     """On CPU finished rows leave the decoders' batch: a row's tokens must not depend on which rows
-    run beside it, and the next call on the same encoding must find every row's audio again."""
+    run beside it, and the next call on the same encoding must find every row's audio again, in the
+    same self-attention caches."""
     pair = base_with_layer_subset
     options = DecodingOptions(speculation="on", draft_tokens=4)
     for mode in (main_alone(options), options):
@@ -70,26 +72,28 @@ def test_a_row_decodes_alike_alone_and_beside_rows_that_finish_first(base_with_l
         assert len({len(r.tokens) for r in batched}) == len(batched)  # every row ends at its own step
         alone = [decode_windows(pair, clip_mel[i : i + 1], mode)[0][0] for i in range(4)]
         assert [r.tokens for r in alone] == [r.tokens for r in batched]
-    encode(pair, clip_mel, None, DecodingStats())
-    first, _ = decode_encoded(pair, 4, options)
-    cache = pair.main.decoder.blocks[0].attn.kv_cache.k
-    second, _ = decode_encoded(pair, 4, DecodingOptions(speculation="on", draft_tokens=4, timestamps=True))
-    third, _ = decode_encoded(pair, 4, options)
+    encoded = encode(pair, clip_mel, None, DecodingStats())
+    first, _ = decode_encoded(pair, encoded, options)
+    n_ctx = kept_cache_length(pair.main.decoder)
+    cache = self_attention_caches(pair.main.decoder, 4, n_ctx)[0].k
+    second, _ = decode_encoded(pair, encoded, DecodingOptions(speculation="on", draft_tokens=4, timestamps=True))
+    third, _ = decode_encoded(pair, encoded, options)
     assert [r.tokens for r in third] == [r.tokens for r in first] == [r.tokens for r in batched]
-    assert pair.main.decoder.blocks[0].attn.kv_cache.k is cache  # the full cache is back, not reallocated
+    assert self_attention_caches(pair.main.decoder, 4, n_ctx)[0].k is cache  # the full cache, not reallocated
     assert [r.language for r in second] == [r.language for r in first]
 
 
-def test_an_error_mid_decoding_leaves_the_decoders_whole(monkeypatch):
+def test_an_error_mid_decoding_leaves_the_encoding_and_caches_whole(monkeypatch):
     """Rows that finished leave the decoders' batch while decoding; an exception must not leave the
-    caches and cross-attention states shrunk for the next call."""
+    batch's cross-attention states or the kept self-attention caches shrunk for the next call."""
     import whisper_spec.speculative as speculative
 
     main = random_model(0, eot_bias=0.25)
     pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), torch.device("cpu"), torch.float32)
     mel = torch.randn(4, 80, 3000)
     options = DecodingOptions(speculation="on", language="en", draft_confidence=0)
-    expected, _ = decode_windows(pair, mel, options)
+    encoded, _ = encode_batch(pair, mel, options)
+    expected, _ = decode_encoded(pair, encoded, options)
     verify = speculative.verify
 
     def failing_once_rows_left(context, state, *args):
@@ -99,11 +103,13 @@ def test_an_error_mid_decoding_leaves_the_decoders_whole(monkeypatch):
 
     monkeypatch.setattr(speculative, "verify", failing_once_rows_left)
     with pytest.raises(RuntimeError):
-        decode_windows(pair, mel, options)
+        decode_encoded(pair, encoded, options)
     monkeypatch.setattr(speculative, "verify", verify)
+    assert encoded.main[0][0].shape[0] == encoded.assistant[0][0].shape[0] == 4
+    n_ctx = kept_cache_length(main.decoder)
     for decoder in (main.decoder, pair.assistant.decoder):
-        assert decoder.blocks[0].attn.kv_cache.k.shape[0] == 4 and decoder.blocks[0].cross_attn.cross_kv[0].shape[0] == 4
-    again, _ = decode_encoded(pair, 4, options)  # the same encoding, every row's audio still there
+        assert self_attention_caches(decoder, 4, n_ctx) is self_attention_caches(decoder, 4, n_ctx)
+    again, _ = decode_encoded(pair, encoded, options)  # the same encoding, every row's audio still there
     assert [r.tokens for r in again] == [r.tokens for r in expected]
 
 
@@ -190,8 +196,8 @@ def test_auto_speculation_drafts_for_batches_within_the_measured_frames(monkeypa
         assert drafted["auto"] == (drafted["on"] if auto_drafts else 0)
     # the rule counts the frames the assistant reads: a third of the window each, four rows draft
     with torch.inference_mode():
-        pair.assistant.decoder.set_cross(main.encoder(mel), n_frames=500)
-    assert decoding.auto_drafts(pair.platform, pair.assistant, 4) and not decoding.auto_drafts(pair.platform, pair.assistant, 7)
+        cross = pair.assistant.decoder.cross_states(main.encoder(mel), n_frames=500)
+    assert decoding.auto_drafts(pair.platform, cross, 4) and not decoding.auto_drafts(pair.platform, cross, 7)
 
 
 @pytest.mark.slow

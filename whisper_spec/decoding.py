@@ -15,24 +15,33 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from .caches import BatchCaches
 from .drafts import compiled_draft_logits, draft_logits
-from .encoding import detect_language, encode, sot_logits
+from .encoding import Encoded, detect_language, encode, sot_logits
+from .model import CrossStates
 from .options import DecodingOptions
 from .pair import Whisper, WhisperPair
 from .platform import Platform, synchronize
 from .results import WindowResult, best_attempt, compression_ratio, needs_fallback
-from .rows import LiveRows, RowsKept
 from .rules import LogitRules
 from .sampling import row_seeds
 from .speculative import Context, State, initial_state, read_no_speech, speculative_decode
 from .stats import DecodingStats
 
 
-def auto_drafts(platform: Platform, assistant: Whisper, batch: int) -> bool:
+def auto_drafts(platform: Platform, assistant_cross: CrossStates, batch: int) -> bool:
     """speculation="auto": whether the rounds of a batch of this many rows, whose frames the
-    assistant's cross-attention holds, draft (Platform.auto_max_draft_frames)."""
+    assistant's cross-attention states hold, draft (Platform.auto_max_draft_frames)."""
     limit = platform.auto_max_draft_frames
-    return limit is None or batch * assistant.decoder.blocks[0].cross_attn.cross_kv[0].shape[-2] <= limit
+    return limit is None or batch * assistant_cross[0][0].shape[-2] <= limit
+
+
+def encode_batch(pair: WhisperPair, mel: Tensor, options: DecodingOptions, assistant_mel: Tensor | None = None
+                 ) -> tuple[Encoded, DecodingStats]:
+    """The batch encoded for decoding with these options (the assistant's states only where it takes
+    part), and the batch's stats so far (the encoder's time)."""
+    stats = DecodingStats(windows=mel.shape[0])
+    return encode(pair, mel, assistant_mel, stats, with_assistant=_assistant(pair, options) is not None), stats
 
 
 @torch.inference_mode()
@@ -53,45 +62,43 @@ def decode_windows(
     options.seed (the pipeline's: a hash of the window's samples, so a window samples alike in any
     batch; default 0). options.speculation="off" decodes with the main model alone.
     """
-    stats = DecodingStats(windows=mel.shape[0])
-    encode(pair, mel, assistant_mel, stats, with_assistant=_assistant(pair, options) is not None)
-    return decode_encoded(pair, mel.shape[0], options, languages=languages, seeds=seeds, stats=stats)
+    encoded, stats = encode_batch(pair, mel, options, assistant_mel)
+    return decode_encoded(pair, encoded, options, languages=languages, seeds=seeds, stats=stats)
 
 
 @torch.inference_mode()
 def decode_encoded(
     pair: WhisperPair,
-    batch: int,
+    encoded: Encoded,
     options: DecodingOptions = DecodingOptions(),
     *,
     languages: list[str | None] | None = None,
     seeds: list[int] | None = None,
     stats: DecodingStats | None = None,
 ) -> tuple[list[WindowResult], DecodingStats]:
-    """decode_windows after `encode`: the decoders' cross-attention already holds the batch.
+    """decode_windows of a batch already encoded (encode_batch).
 
     Every window is decoded at the first temperature; a window whose text fails (needs_fallback)
     is decoded again at the next one, alone with the others that failed, until one passes or the
     temperatures run out (best_attempt). The verdicts are the main model's (its tokens and
     probabilities), so both modes decode the same windows again and keep the same texts."""
+    batch = encoded.batch
     stats = stats or DecodingStats(windows=batch)
     languages = list(languages) if languages is not None else [options.language] * batch
     seeds = list(seeds) if seeds is not None else [0] * batch
     if len(languages) != batch or len(seeds) != batch:
         raise ValueError(f"{len(languages)} languages and {len(seeds)} seeds for {batch} windows")
     first_temperature, *fallbacks = options.temperature
-    attempts = [[r] for r in _decode_pass(pair, batch, options, first_temperature, languages, seeds, stats)]
-    decoders = [model.decoder for model in (pair.main, _assistant(pair, options)) if model is not None]
+    attempts = [[r] for r in _decode_pass(pair, encoded, options, first_temperature, languages, seeds, stats)]
     retry = [i for i, tried in enumerate(attempts) if needs_fallback(tried[-1], options)]
     for temperature in fallbacks:
         if not retry:
             break
         # graphs off: a capture for each such batch would cost more than its steps save
         pass_stats = DecodingStats(fallbacks=len(retry))
-        with RowsKept(decoders) as kept:
-            kept.keep(torch.tensor(retry, device=pair.device))
-            results = _decode_pass(pair, len(retry), replace(options, cuda_graphs=False), temperature,
-                                   [attempts[i][0].language for i in retry], [seeds[i] for i in retry], pass_stats)
+        results = _decode_pass(pair, encoded, replace(options, cuda_graphs=False), temperature,
+                               [attempts[i][0].language for i in retry], [seeds[i] for i in retry], pass_stats,
+                               rows=torch.tensor(retry, device=pair.device))
         stats.add(pass_stats)
         for i, result in zip(retry, results):
             attempts[i].append(result)
@@ -104,44 +111,43 @@ def _assistant(pair: WhisperPair, options: DecodingOptions) -> Whisper | None:
     return None if options.speculation == "off" else pair.assistant
 
 
-def _decode_pass(pair: WhisperPair, batch: int, options: DecodingOptions, temperature: float,
-                 languages: list[str | None], seeds: list[int], stats: DecodingStats) -> list[WindowResult]:
-    """One decoding of every row of the batch at this temperature (0: greedy)."""
-    main, device = pair.main, pair.device
+def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, temperature: float,
+                 languages: list[str | None], seeds: list[int], stats: DecodingStats, rows: Tensor | None = None
+                 ) -> list[WindowResult]:
+    """One decoding at this temperature (0: greedy) of every row of the batch, or of these rows."""
+    main, device, batch = pair.main, pair.device, len(languages)
     assistant = _assistant(pair, options)
     languages = [main.special.language_code(language) for language in languages]
     max_length = min(options.max_length or main.dims.n_text_ctx, main.dims.n_text_ctx)
     # one cache length for main-only and speculative decoding: attention spans the whole cache, so
     # equal lengths keep a position's logits independent of the mode (see Decoder.features)
     n_ctx = max_length + options.max_draft_tokens + 1
-    decoders = [model.decoder for model in (main, assistant) if model is not None]
-    for decoder in decoders:
-        decoder.ensure_caches(batch, n_ctx)
-    row_invariant = pair.platform.row_invariant
+    decoders = [(main.decoder, encoded.main)] + ([(assistant.decoder, encoded.assistant)] if assistant else [])
+    graphs = options.cuda_graphs and pair.platform.cuda_graphs
+    caches = BatchCaches(decoders, n_ctx, pair.platform.row_invariant, stable=graphs, rows=rows)
 
     synchronize(device)
     start_time = time.perf_counter()
     after_sot = None
     if main.special.multilingual and any(language is None for language in languages):
-        after_sot = sot_logits(main, batch)
+        after_sot = sot_logits(main, caches.main)
         stats.main_forwards += 1
         languages = [language or found for language, found in zip(languages, detect_language(main, after_sot))]
     if not main.special.multilingual:
         languages = ["en"] * batch
-    with LiveRows(decoders, batch, device, row_invariant) as live:
-        context = _context(pair.platform, main, assistant, options, temperature, seeds, languages, n_ctx, max_length,
-                           device, live)
-        state = initial_state(context, languages)
-        if after_sot is not None and context.judges_silence:
-            read_no_speech(context, state, after_sot)
-        speculative_decode(context, state, stats)
+    context = _context(pair.platform, main, assistant, options, temperature, seeds, languages, n_ctx, max_length,
+                       device, caches, graphs)
+    state = initial_state(context, languages)
+    if after_sot is not None and context.judges_silence:
+        read_no_speech(context, state, after_sot)
+    speculative_decode(context, state, stats)
     synchronize(device)
     stats.decoding_seconds += time.perf_counter() - start_time
     return _results(state, context, languages, stats)
 
 
-def _context(platform, main, assistant, options, temperature, seeds, languages, n_ctx, max_length, device, live
-             ) -> Context:
+def _context(platform, main, assistant, options, temperature, seeds, languages, n_ctx, max_length, device, caches,
+             graphs) -> Context:
     special = main.special
     prompt_length = len(special.prompt(languages[0], options.task, options.timestamps))
     rules = LogitRules(special, main.dims.n_vocab, prompt_length, options.timestamps, device)
@@ -152,17 +158,16 @@ def _context(platform, main, assistant, options, temperature, seeds, languages, 
     seeds = row_seeds(options.seed, seeds, device)
     max_draft = 0 if assistant is None else (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens)
     drafts = assistant is not None and (options.speculation == "on" or (
-        options.speculation == "auto" and auto_drafts(platform, assistant, len(languages))))
+        options.speculation == "auto" and auto_drafts(platform, caches.assistant.cross, len(languages))))
     # the widest round either mode can have, whether or not there is an assistant
     fixed_width = None
     if not platform.row_invariant:
         fixed_width = (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens) + 1
-    graphs = options.cuda_graphs and platform.cuda_graphs
     step = compiled_draft_logits if options.compile_drafts and platform.compiles_drafts else draft_logits
     judges_silence = options.no_speech_threshold is not None and special.no_speech is not None
     judges_text = options.logprob_threshold is not None and len(options.temperature) > 1
     return Context(main, assistant, options, rules, draft_rules, temperature, seeds, prompt_length, n_ctx,
-                    max_length, max_draft, drafts, fixed_width, graphs, step, live, judges_silence, judges_text,
+                    max_length, max_draft, drafts, fixed_width, graphs, step, caches, judges_silence, judges_text,
                     platform.rounds_per_read)
 
 

@@ -1,17 +1,32 @@
-"""A batch of windows -> features -> encoder states in the decoders' cross-attention, run once per
-window; and the main model's language detection on them."""
+"""A batch of windows -> features -> encoder states -> each decoder's cross-attention keys and values
+(Encoded), run once per window; and the main model's language detection on them."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from .audio import batch_features, signal_frames
+from .model import CrossStates, DecoderCaches
 from .pair import Whisper, WhisperPair
 from .platform import synchronize
 from .stats import DecodingStats
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A batch of windows as the decoders read it: each one's cross-attention keys and values of
+    the batch's audio (model.Decoder.cross_states); the assistant's where it takes part."""
+
+    main: CrossStates
+    assistant: CrossStates | None = None
+
+    @property
+    def batch(self) -> int:
+        return self.main[0][0].shape[0]
 
 
 def encoder_states(model: Whisper, mel: Tensor) -> Tensor:
@@ -24,12 +39,12 @@ def encoder_states(model: Whisper, mel: Tensor) -> Tensor:
     return model.encoder(mel)
 
 
-def sot_logits(model: Whisper, n_rows: int) -> Tensor:
-    """The main model's logits after <|startoftranscript|> alone, per row of the decoder's cross
-    state: what language detection and the no-speech probability read."""
+def sot_logits(model: Whisper, caches: DecoderCaches) -> Tensor:
+    """The main model's logits after <|startoftranscript|> alone, per row of the caches: what
+    language detection and the no-speech probability read."""
     device = model.decoder.token_embedding.weight.device
-    sot = torch.full((n_rows, 1), model.special.sot, device=device)
-    return model.decoder(sot, torch.zeros_like(sot), n_logits=1)[:, 0]
+    sot = torch.full((caches.cross[0][0].shape[0], 1), model.special.sot, device=device)
+    return model.decoder(sot, torch.zeros_like(sot), caches, n_logits=1)[:, 0]
 
 
 def detect_language(model: Whisper, logits: Tensor) -> list[str]:
@@ -43,9 +58,9 @@ def detect_language(model: Whisper, logits: Tensor) -> list[str]:
 @torch.inference_mode()
 def detect_languages(pair: WhisperPair, mel: Tensor) -> list[str]:
     """The language of each window, from the main model alone (encoder and one decoder step)."""
-    pair.main.decoder.ensure_caches(mel.shape[0], 1)
-    pair.main.decoder.set_cross(encoder_states(pair.main, mel))
-    return detect_language(pair.main, sot_logits(pair.main, mel.shape[0]))
+    decoder = pair.main.decoder
+    caches = DecoderCaches(decoder.cross_states(encoder_states(pair.main, mel)), decoder.new_caches(mel.shape[0], 1))
+    return detect_language(pair.main, sot_logits(pair.main, caches))
 
 
 def assistant_frames(pair: WhisperPair, mel: Tensor) -> int | None:
@@ -72,20 +87,22 @@ def pair_features(pair: WhisperPair, audio: list) -> tuple[Tensor, Tensor | None
 
 
 def encode(pair: WhisperPair, mel: Tensor, assistant_mel: Tensor | None, stats: DecodingStats,
-           with_assistant: bool = True) -> None:
-    """Run the encoder(s) once for the batch and hand their states to the decoders' cross-attention
-    (the main decoder's only, without the assistant)."""
+           with_assistant: bool = True) -> Encoded:
+    """Run the encoder(s) once for the batch; the decoders' cross-attention states of it (the main
+    decoder's only, without the assistant)."""
     synchronize(pair.device)
     start = time.perf_counter()
     with torch.inference_mode():
         states = encoder_states(pair.main, mel)
-        pair.main.decoder.set_cross(states)
+        main = pair.main.decoder.cross_states(states)
+        assistant = None
         if pair.assistant is not None and with_assistant:
             n_frames = assistant_frames(pair, mel)
             if pair.shares_encoder:
-                pair.assistant.decoder.set_cross(states, main=pair.main.decoder, n_frames=n_frames)
+                assistant = pair.assistant.decoder.cross_states(states, main=main, n_frames=n_frames)
             else:
                 own_mel = mel if assistant_mel is None else assistant_mel
-                pair.assistant.decoder.set_cross(encoder_states(pair.assistant, own_mel), n_frames=n_frames)
+                assistant = pair.assistant.decoder.cross_states(encoder_states(pair.assistant, own_mel), n_frames=n_frames)
     synchronize(pair.device)
     stats.encoder_seconds += time.perf_counter() - start
+    return Encoded(main, assistant)

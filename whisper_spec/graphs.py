@@ -4,8 +4,8 @@ lesson). A step is captured once per input shape and replayed; replays run the c
 so their results are the eager step's, bit for bit.
 
 A captured step reads and writes the memory it was captured with: the decoder's KV caches and
-cross-attention states must stay where they are (the caches are reused while the batch shape
-holds, and `DecoderAttention.set_cross` copies new states into the old ones), so graphs are kept
+cross-attention states must stay where they are (caches.BatchCaches reuses the caches while the
+batch shape holds and copies new cross-attention states into the old ones), so graphs are kept
 per layout of those buffers. A job alternating batch sizes (the bench interleaves batch 1 and 4)
 finds its buffers back at the same addresses, and its graphs with them.
 
@@ -22,14 +22,12 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from .model import DecoderCaches
 
-def buffer_layout(decoder) -> tuple:
-    """Where the decoder's caches and cross-attention states lie, and their shapes."""
-    layout = []
-    for block in decoder.blocks:
-        cache, cross = block.attn.kv_cache, block.cross_attn.cross_kv or ()
-        layout += [(t.data_ptr(), tuple(t.shape)) for t in ((cache.k, cache.v) if cache is not None else ()) + tuple(cross)]
-    return tuple(layout)
+
+def buffer_layout(caches: DecoderCaches) -> tuple:
+    """Where a decoder's caches and cross-attention states lie, and their shapes."""
+    return tuple((t.data_ptr(), tuple(t.shape)) for t in caches.tensors())
 
 
 def _warm_up(fn: Callable, *inputs: Tensor) -> None:
@@ -66,16 +64,16 @@ class StepGraphs:
 
     MAX_LAYOUTS = 4  # batch shapes whose graphs are kept (each holds its own memory pool)
 
-    def __init__(self, decoder):
-        self.decoder = weakref.ref(decoder)
+    def __init__(self):
         self.failed = False
         # by buffer layout, oldest first: (that layout's pool, its graphs by step name and input shapes)
         self._layouts: dict[tuple, tuple[object, dict[tuple, _Captured]]] = {}
 
-    def __call__(self, name, fn: Callable[..., Tensor | tuple[Tensor, ...]], *inputs: Tensor):
+    def __call__(self, caches: DecoderCaches, name, fn: Callable[..., Tensor | tuple[Tensor, ...]], *inputs: Tensor):
+        """fn(*inputs), fn a step of the decoder on these caches."""
         if self.failed:
             return fn(*inputs)
-        layout = buffer_layout(self.decoder())
+        layout = buffer_layout(caches)
         if layout not in self._layouts:
             if len(self._layouts) == self.MAX_LAYOUTS:
                 del self._layouts[next(iter(self._layouts))]
@@ -127,5 +125,5 @@ _STEP_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def step_graphs(decoder) -> StepGraphs:
     """The decoder's captured steps (made at first use)."""
     if decoder not in _STEP_GRAPHS:
-        _STEP_GRAPHS[decoder] = StepGraphs(decoder)
+        _STEP_GRAPHS[decoder] = StepGraphs()
     return _STEP_GRAPHS[decoder]

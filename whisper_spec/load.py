@@ -87,7 +87,6 @@ def _load_module(module: torch.nn.Module, state_dict: dict, dtype: torch.dtype, 
     state_dict = _placed(state_dict, dtype, device)
     missing, unexpected = module.load_state_dict(state_dict, strict=False, assign=True)
     module.requires_grad_(False)  # loaded models are for inference; distillation builds its own student
-    missing = [m for m in missing if "kv_cache" not in m]
     if missing or unexpected:
         raise ValueError(f"weights do not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
 

@@ -161,20 +161,47 @@ class Encoder(nn.Module):
         return self.ln_post(x)
 
 
-class KVCache(nn.Module):
+class KVCache:
     """Preallocated keys and values of one decoder self-attention layer: [batch, head, ctx, head_dim]."""
 
-    def __init__(self, batch: int, n_head: int, n_ctx: int, head_dim: int, dtype, device):
-        super().__init__()
+    def __init__(self, k: Tensor, v: Tensor):
+        self.k, self.v = k, v
+
+    @classmethod
+    def empty(cls, batch: int, n_head: int, n_ctx: int, head_dim: int, dtype, device) -> "KVCache":
+        # zeros, not torch.empty: a masked position's value still enters attention's product (times 0)
         shape = (batch, n_head, n_ctx, head_dim)
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
 
     def write(self, positions: Tensor, k: Tensor, v: Tensor) -> None:
         """positions: [batch, T]; k, v: [batch, head, T, head_dim]."""
         rows = torch.arange(positions.shape[0], device=positions.device)[:, None]
         self.k[rows, :, positions] = k.transpose(1, 2).to(self.k.dtype)
         self.v[rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)
+
+
+CrossStates = list  # per decoder block, the cross-attention (keys, values) of a batch: [batch, head, frames, head_dim] each
+
+
+@dataclass
+class DecoderCaches:
+    """What a decoder call attends to besides its tokens, for one batch: per block, the cross-attention
+    keys and values of the batch's audio (Decoder.cross_states), and while decoding the self-attention
+    caches (Decoder.new_caches). Without caches (training, whole-sequence scoring) a call attends to
+    its own tokens, at positions 0..T-1 in every row."""
+
+    cross: CrossStates
+    self_attention: list[KVCache] | None = None
+
+    def rows(self, keep: Tensor) -> "DecoderCaches":
+        """These rows only (an index or a mask), in that order: copies, the originals stay whole."""
+        caches = None if self.self_attention is None else [KVCache(c.k[keep], c.v[keep]) for c in self.self_attention]
+        return DecoderCaches([(k[keep], v[keep]) for k, v in self.cross], caches)
+
+    def tensors(self) -> list[Tensor]:
+        """Every tensor a call reads or writes, block by block."""
+        caches = self.self_attention or []
+        return [t for c in caches for t in (c.k, c.v)] + [t for kv in self.cross for t in kv]
 
 
 def _bmm(a: Tensor, b: Tensor) -> Tensor:
@@ -237,11 +264,10 @@ class DecoderAttention(nn.Module):
         else:
             self.qkv = Linear(d_model, 3 * d_model)
         self.out = Linear(d_model, d_model)
-        self.window_kv: nn.Module | None = None  # kv in int8 for set_cross (quantize.quantize_dynamic_linears)
-        self.kv_cache: KVCache | None = None
-        self.cross_kv: tuple[Tensor, Tensor] | None = None
+        self.window_kv: nn.Module | None = None  # kv in int8 for cross_states (quantize.quantize_dynamic_linears)
 
-    def set_cross(self, encoder_states: Tensor, dtype: torch.dtype) -> None:
+    def cross_states(self, encoder_states: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """This layer's cross-attention keys and values of the encoder states, in dtype."""
         if self.window_kv is not None:
             states = self.window_kv(encoder_states.float())
         elif (many_rows := getattr(self.kv, "many_rows", None)) is not None:  # an int8 projection's, for many rows
@@ -250,28 +276,19 @@ class DecoderAttention(nn.Module):
             states = self.kv(encoder_states)
         # contiguous per (row, head): a strided copy would make every batched step copy them again
         k, v = states.chunk(2, dim=-1)
-        new = tuple(_split_heads(t, self.n_head).to(dtype).contiguous() for t in (k, v))
-        old = self.cross_kv
-        # on CUDA, into the old tensors where they fit (not views of another decoder's): captured
-        # CUDA graphs of this decoder's steps read them there
-        if old is not None and torch.is_inference_mode_enabled() and all(
-                o.is_cuda and o.is_inference() and o._base is None and o.shape == n.shape and o.dtype == n.dtype
-                and o.device == n.device for o, n in zip(old, new)):
-            for o, n in zip(old, new):
-                o.copy_(n)
-        else:
-            self.cross_kv = new
+        return tuple(_split_heads(t, self.n_head).to(dtype).contiguous() for t in (k, v))
 
     def forward(self, x: Tensor, positions: Tensor, blocked: Tensor | None, exact_queries: int | None,
-                scores_out: list | None = None) -> Tensor:
+                kv: "KVCache | tuple[Tensor, Tensor] | None", scores_out: list | None = None) -> Tensor:
+        """kv: cross-attention's keys and values, or self-attention's cache (None: no cache)."""
         if self.cross:
             q = _split_heads(self.q(x), self.n_head)
-            k, v = self.cross_kv
+            k, v = kv
         else:
             q, k, v = (_split_heads(t, self.n_head) for t in self.qkv(x).chunk(3, dim=-1))
-            if self.kv_cache is not None:
-                self.kv_cache.write(positions, k, v)
-                k, v = self.kv_cache.k[:, :, : blocked.shape[-1]], self.kv_cache.v[:, :, : blocked.shape[-1]]
+            if kv is not None:
+                kv.write(positions, k, v)
+                k, v = kv.k[:, :, : blocked.shape[-1]], kv.v[:, :, : blocked.shape[-1]]
             # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
         attn = _decoder_attention(cast(q, k.dtype), k, v, None if self.cross else blocked, exact_queries, scores_out)
         return self.out(cast(_merge_heads(attn), x.dtype))
@@ -288,9 +305,9 @@ class DecoderBlock(nn.Module):
         self.mlp = MLP(d_model, d_ffn)
 
     def forward(self, x: Tensor, positions: Tensor, blocked: Tensor, exact_queries: int | None,
-                cross_scores: list | None = None) -> Tensor:
-        x = x + self.attn(self.attn_ln(x), positions, blocked, exact_queries)
-        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, exact_queries, cross_scores)
+                cache: KVCache | None, cross: tuple[Tensor, Tensor], cross_scores: list | None = None) -> Tensor:
+        x = x + self.attn(self.attn_ln(x), positions, blocked, exact_queries, cache)
+        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, exact_queries, cross, cross_scores)
         return x + self.mlp(self.mlp_ln(x))
 
 
@@ -346,72 +363,51 @@ class Decoder(nn.Module):
     def cache_dtype(self) -> torch.dtype:
         return self.attention_dtype or self.dtype
 
-    def setup_caches(self, batch: int, n_ctx: int) -> None:
+    def new_caches(self, batch: int, n_ctx: int) -> list[KVCache]:
+        """Empty self-attention caches of n_ctx positions, one a block."""
         head_dim = self.dims.d_model // self.dims.n_text_head
         device = self.positional_embedding.device
-        for block in self.blocks:
-            block.attn.kv_cache = KVCache(batch, self.dims.n_text_head, n_ctx, head_dim, self.cache_dtype, device)
+        return [KVCache.empty(batch, self.dims.n_text_head, n_ctx, head_dim, self.cache_dtype, device) for _ in self.blocks]
 
-    def ensure_caches(self, batch: int, n_ctx: int) -> None:
-        """Caches of this shape, reused when the last call's have it."""
-        cache = self.blocks[0].attn.kv_cache
-        if cache is None or cache.k.shape[0] != batch or cache.k.shape[2] != n_ctx:
-            self.setup_caches(batch, n_ctx)
-
-    def clear_caches(self) -> None:
-        """Back to cache-free calls (whole-sequence scoring)."""
-        for block in self.blocks:
-            block.attn.kv_cache = None
-
-    def keep_rows(self, keep: Tensor) -> None:
-        """Keep only these rows (an index or a mask) in the caches and cross-attention states:
-        later calls carry those rows only, in the same order."""
-        for block in self.blocks:
-            cache = block.attn.kv_cache
-            if cache is not None:
-                cache.k, cache.v = cache.k[keep], cache.v[keep]
-            if block.cross_attn.cross_kv is not None:
-                block.cross_attn.cross_kv = tuple(t[keep] for t in block.cross_attn.cross_kv)
-
-    def set_cross(self, encoder_states: Tensor, main: "Decoder | None" = None, n_frames: int | None = None) -> None:
-        """Cross-attention keys and values for these encoder states; blocks that share their
-        projection with a main decoder layer (cross_source) take that layer's, already computed.
-        n_frames: attend to the first frames only (an assistant skipping the padding after the audio)."""
+    def cross_states(self, encoder_states: Tensor, main: CrossStates | None = None,
+                     n_frames: int | None = None) -> CrossStates:
+        """Each block's cross-attention keys and values of these encoder states; blocks that share
+        their projection with a main decoder layer (cross_source) take that layer's, already
+        computed (main: the main decoder's cross_states). n_frames: attend to the first frames only
+        (an assistant skipping the padding after the audio)."""
+        if main is not None and self.cross_source is not None:
+            # contiguous: one memory layout for a compiled draft step
+            return [tuple(t[:, :, :n_frames].contiguous() for t in main[layer]) for layer in self.cross_source]
         encoder_states = encoder_states[:, :n_frames].to(self.dtype)
-        for i, block in enumerate(self.blocks):
-            if main is not None and self.cross_source is not None:
-                k, v = main.blocks[self.cross_source[i]].cross_attn.cross_kv
-                # contiguous, as after keep_rows: one memory layout for a compiled draft step
-                block.cross_attn.cross_kv = (k[:, :, :n_frames].contiguous(), v[:, :, :n_frames].contiguous())
-            else:
-                block.cross_attn.set_cross(encoder_states, self.cache_dtype)
+        return [block.cross_attn.cross_states(encoder_states, self.cache_dtype) for block in self.blocks]
 
-    def features(self, tokens: Tensor, positions: Tensor, span: int | None = None,
+    def features(self, tokens: Tensor, positions: Tensor, caches: DecoderCaches, span: int | None = None,
                  cross_scores: list | None = None) -> Tensor:
         """tokens, positions: [batch, T] -> final hidden states [batch, T, d_model].
 
-        With caches, each row attends to its own cache entries at positions <= its query position;
-        without (training), to the tokens of this call. Attention spans the whole cache unless
-        span (> every position) limits it: a query's result then does not depend on how many
-        positions one call computes, so the verification pass gives each position the logits a
+        With self-attention caches, each row attends to its own cache entries at positions <= its
+        query position; without (training), to the tokens of this call. Attention spans the whole
+        cache unless span (> every position) limits it: a query's result then does not depend on how
+        many positions one call computes, so the verification pass gives each position the logits a
         one-token step would (bit for bit on CPU, see _decoder_attention), and no host sync is
         needed for the length. Only an assistant, whose drafts need not be exact, passes a span.
         cross_scores: a list that gets each block's cross-attention scores, [batch, head, T, frames].
         """
         x = cast(self.token_embedding(tokens), self.dtype)  # an assistant may share a main embedding of another dtype
-        return self.through_blocks(x, positions, span, cross_scores)
+        return self.through_blocks(x, positions, caches, span, cross_scores)
 
-    def through_blocks(self, x: Tensor, positions: Tensor, span: int | None = None,
+    def through_blocks(self, x: Tensor, positions: Tensor, caches: DecoderCaches, span: int | None = None,
                        cross_scores: list | None = None) -> Tensor:
         """Inputs [batch, T, d_model] (before the positional embedding) -> final hidden states."""
-        cache = self.blocks[0].attn.kv_cache
-        kv_len = (span or cache.k.shape[2]) if cache is not None else x.shape[1]
+        self_caches = caches.self_attention
+        kv_len = (span or self_caches[0].k.shape[2]) if self_caches is not None else x.shape[1]
         blocked = torch.arange(kv_len, device=x.device) > positions[:, None, :, None]
         # training, whole-sequence scoring and an assistant's drafts need no exactness across call shapes
-        exact_queries = self.exact_queries if cache is not None and span is None else None
+        exact_queries = self.exact_queries if self_caches is not None and span is None else None
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
-        for block in self.blocks:
-            x = block(x, positions, blocked, exact_queries, cross_scores)
+        for i, block in enumerate(self.blocks):
+            cache = self_caches[i] if self_caches is not None else None
+            x = block(x, positions, blocked, exact_queries, cache, caches.cross[i], cross_scores)
         return self.ln(x)
 
     @property
@@ -428,9 +424,10 @@ class Decoder(nn.Module):
             return self.proj_out(x).float()
         return F.linear(x, self.token_embedding.weight).float()
 
-    def forward(self, tokens: Tensor, positions: Tensor, n_logits: int | None = None, span: int | None = None) -> Tensor:
+    def forward(self, tokens: Tensor, positions: Tensor, caches: DecoderCaches, n_logits: int | None = None,
+                span: int | None = None) -> Tensor:
         """tokens, positions: [batch, T] -> logits [batch, n_logits or T, vocab] in float32."""
-        x = self.features(tokens, positions, span)
+        x = self.features(tokens, positions, caches, span)
         return self.logits(x if n_logits is None else x[:, -n_logits:])
 
 
@@ -445,10 +442,10 @@ class DraftHead(Decoder):
         super().__init__(dims)
         self.fuse = Linear(2 * dims.d_model, dims.d_model)
 
-    def features(self, tokens: Tensor, positions: Tensor, span: int | None = None, cross_scores: list | None = None,
-                 before: Tensor | None = None) -> Tensor:
+    def features(self, tokens: Tensor, positions: Tensor, caches: DecoderCaches, span: int | None = None,
+                 cross_scores: list | None = None, before: Tensor | None = None) -> Tensor:
         """Decoder.features, given before [batch, T, d_model]: the main decoder's final hidden state
         at each position minus one (zeros at position 0), or the head's own prediction of it."""
         embedded = cast(self.token_embedding(tokens), self.dtype)
         x = self.fuse(torch.cat([cast(before, self.dtype), embedded], dim=-1))
-        return self.through_blocks(x, positions, span, cross_scores)
+        return self.through_blocks(x, positions, caches, span, cross_scores)

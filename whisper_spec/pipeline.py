@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from .audio import SAMPLE_RATE, SILENCE_PEAK, AudioError, load_audio, peak
-from .decoding import decode_windows
+from .decoding import decode_encoded, encode_batch
 from .encoding import detect_languages, pair_features
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
@@ -207,12 +207,11 @@ class _Job:
         del self.pending[timestamps][: self.batch_size]
         mel, assistant_mel = pair_features(pair, [w.audio for w in batch])
         langs = [self.languages.get(self.paths[w.file], options.language) for w in batch]
-        out, _ = decode_windows(
-            pair, mel, replace(options, timestamps=timestamps), assistant_mel=assistant_mel, languages=langs,
-            seeds=[zlib.crc32(np.ascontiguousarray(w.audio)) for w in batch])
+        encoded, stats = encode_batch(pair, mel, options, assistant_mel)
+        out, _ = decode_encoded(pair, encoded, replace(options, timestamps=timestamps), languages=langs,
+                                seeds=[zlib.crc32(np.ascontiguousarray(w.audio)) for w in batch], stats=stats)
         if options.word_timestamps or (timestamps and any(_sparse(pair, w, r) for w, r in zip(batch, out))):
-            # right after decoding: the main decoder's cross-attention still holds this batch's audio
-            timed = word_timings(pair.main, [r.tokens for r in out], [r.language for r in out], options.task,
+            timed = word_timings(pair.main, encoded.main, [r.tokens for r in out], [r.language for r in out], options.task,
                                  [len(w.audio) for w in batch])
             for window, words in zip(batch, timed):
                 window.words = words

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .caches import BatchCaches
 from .graphs import capture_round, step_graphs
+from .model import DecoderCaches
 from .options import DecodingOptions
 from .pair import Whisper
-from .rows import LiveRows
 from .rules import LogitRules
 from .sampling import choose_tokens, position_uniforms, sample_tokens
 from .stats import DecodingStats
@@ -78,7 +79,7 @@ class Context:
     fixed_width: int | None  # every main decoder call this many positions wide; None: row-invariant kernels
     graphs: bool  # decoder steps replayed from CUDA graphs
     draft_logits: object  # draft_logits itself, or compiled (DecodingOptions.compile_drafts)
-    live: LiveRows
+    caches: BatchCaches  # the decoders' caches of the batch, the rows they compute
     judges_silence: bool  # the no-speech rule is on (DecodingOptions.no_speech_threshold)
     judges_text: bool  # every row's average log-probability is needed (a later temperature may follow)
     rounds_per_read: int = 1  # fixed shapes: rounds between host reads of "every row done" (Platform)
@@ -141,7 +142,7 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
         prefill(context, state, stats)
     while not bool(state.done.all()):
         active = ~state.done
-        context.live.keep(active)
+        context.caches.keep(active)
         k = int(state.draft_length[active].max()) if context.drafts else 0
         round_drafts, k = draft(context, state, k, stats)
         logits, scored, features = verify(context, state, k, round_drafts, stats)
@@ -158,7 +159,7 @@ def prefill(context: Context, state: State, stats: DecodingStats) -> None:
     n_prefill = context.prompt_length - 1
     if n_prefill > 0:
         positions = torch.arange(n_prefill, device=state.tokens.device).expand(len(state.tokens), -1)
-        hidden = context.main.decoder.features(state.tokens[:, :n_prefill], positions)
+        hidden = context.main.decoder.features(state.tokens[:, :n_prefill], positions, context.caches.main)
         if state.hidden is not None:
             state.hidden[:, :n_prefill] = hidden
         if context.judges_silence and state.no_speech is None:
@@ -194,11 +195,11 @@ def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple
         window, positions = _window(tokens, (current - width).clamp(min=0), width)
         # the assistant attends to the positions in use only, not the whole cache
         span = min(int(current.max()) + 1, context.n_ctx)
-        step = functools.partial(_draft_call, context.draft_logits, assistant.decoder, span)
+        step = functools.partial(context.draft_logits, assistant.decoder, context.caches.assistant, span)
         if state.hidden is None:
-            logits = context.live.call(step, window, positions)
+            logits = context.caches.call(step, window, positions)
         else:
-            logits, predicted = context.live.call(step, window, positions, hidden_before(state.hidden, positions))
+            logits, predicted = context.caches.call(step, window, positions, hidden_before(state.hidden, positions))
             state.hidden[rows, current - 1] = predicted.to(state.hidden.dtype)
         logits = context.draft_rules(logits, tokens, current)
         state.assistant_cached.copy_(current)
@@ -214,10 +215,6 @@ def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple
     return round_drafts, k
 
 
-def _draft_call(draft_logits, decoder, span: int, window: Tensor, positions: Tensor, before: Tensor | None = None):
-    return draft_logits(decoder, window, positions, span, before)
-
-
 def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: DecodingStats
            ) -> tuple[Tensor, Tensor, Tensor]:
     """The main decoder scores each row's last accepted token and every draft in one pass.
@@ -231,7 +228,7 @@ def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: 
     window, positions = _window(tokens, (length + k - needed).clamp(min=0), needed)
     scored = (steps <= round_drafts[:, None]) & active[:, None]
     stats.main_forwards += 1
-    features = context.live.call(decoder.features, window, positions)
+    features = context.caches.call(functools.partial(decoder.features, caches=context.caches.main), window, positions)
     if state.hidden is not None:
         state.hidden[torch.arange(len(tokens), device=tokens.device)[:, None], positions] = features
     logits = decoder.logits(features[:, needed - k - 1 : needed][scored])
@@ -366,12 +363,13 @@ def fixed_round(context: Context, state: State, k: int, first: bool, direct: boo
     advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
 
 
-def _replay(context: Context, decoder, name: tuple, step, *inputs: Tensor, direct: bool = False):
+def _replay(context: Context, decoder, caches: DecoderCaches, name: tuple, step, *inputs: Tensor,
+            direct: bool = False):
     """step(*inputs), replayed from a CUDA graph where enabled (and not direct): name holds every
-    value step bakes in besides the decoder and its inputs, so a graph is replayed only where its
-    step would compute the same."""
+    value step bakes in besides the decoder, its caches and its inputs, so a graph is replayed only
+    where its step would compute the same."""
     if context.graphs and not direct:
-        return step_graphs(decoder)(name, step, *inputs)
+        return step_graphs(decoder)(caches, name, step, *inputs)
     return step(*inputs)
 
 
@@ -385,7 +383,8 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
     assistant, options, tokens = context.assistant, context.options, state.tokens
     rows = torch.arange(len(tokens), device=tokens.device)
     round_drafts = state.draft_length.clamp(max=k)
-    step = functools.partial(draft_step, context.draft_logits, assistant.decoder, context.draft_rules,
+    caches = context.caches.assistant
+    step = functools.partial(draft_step, context.draft_logits, assistant.decoder, caches, context.draft_rules,
                              context.temperature, context.n_ctx)
     name = ("draft", context.draft_rules.key, context.temperature, context.n_ctx)
     for j in range(k):
@@ -395,7 +394,7 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
         inputs = (window, positions, tokens, current, context.seeds)
         if state.hidden is not None:
             inputs += (hidden_before(state.hidden, positions),)
-        token, confidence, *predicted = _replay(context, assistant.decoder, name, step, *inputs, direct=direct)
+        token, confidence, *predicted = _replay(context, assistant.decoder, caches, name, step, *inputs, direct=direct)
         if predicted:
             state.hidden[rows, current - 1] = predicted[0].to(state.hidden.dtype)
         state.assistant_cached.copy_(current)
@@ -405,13 +404,14 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
     return round_drafts
 
 
-def draft_step(draft_logits, decoder, rules: LogitRules, temperature: float, span: int, window: Tensor,
+def draft_step(draft_logits, decoder, caches: DecoderCaches, rules: LogitRules, temperature: float, span: int,
+               window: Tensor,
                positions: Tensor, tokens: Tensor, current: Tensor, seeds: Tensor, before: Tensor | None = None
                ) -> tuple[Tensor, ...]:
     """One draft per row after the window's last position: the token (an id of the whole
     vocabulary) and the assistant's probability of it; a draft head's (given before, see
     draft_logits) also its hidden state at the last position."""
-    out = draft_logits(decoder, window, positions, span, before)
+    out = draft_logits(decoder, caches, span, window, positions, before)
     logits, predicted = out if before is not None else (out, None)
     logits = rules(logits, tokens, current)
     choice = choose_tokens(logits, temperature, seeds, current)
@@ -425,17 +425,17 @@ def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[
     from its last accepted token, and its log-probability: [batch, width] each, column i for the
     token at length + i. Every active row's keys and values are cached up to its last accepted
     token (prefill, then advance), so that token starts the window. One replay."""
-    tokens, decoder, width = state.tokens, context.main.decoder, context.fixed_width
+    tokens, decoder, caches, width = state.tokens, context.main.decoder, context.caches.main, context.fixed_width
     window, positions = _window(tokens, (state.length - 1).clamp(min=0), width)
     with_hidden = state.hidden is not None
     if context.judges_silence and state.no_speech is None:  # a one-token prompt, which no prefill read
-        chosen, logprobs, hidden = verify_step(decoder, context.rules, context.temperature, window, positions, tokens,
+        chosen, logprobs, hidden = verify_step(decoder, caches, context.rules, context.temperature, window, positions, tokens,
                                                context.seeds, with_hidden=True)
         read_no_speech(context, state, decoder.logits(hidden[:, 0]))
     else:
-        step = functools.partial(verify_step, decoder, context.rules, context.temperature, with_hidden=with_hidden)
+        step = functools.partial(verify_step, decoder, caches, context.rules, context.temperature, with_hidden=with_hidden)
         name = ("verify", context.rules.key, context.temperature, with_hidden)
-        chosen, logprobs, *hidden = _replay(context, decoder, name, step, window, positions, tokens, context.seeds,
+        chosen, logprobs, *hidden = _replay(context, decoder, caches, name, step, window, positions, tokens, context.seeds,
                                             direct=direct)
         hidden = hidden[0] if hidden else None
     if with_hidden:
@@ -443,14 +443,14 @@ def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[
     return chosen, logprobs
 
 
-def verify_step(decoder, rules: LogitRules, temperature: float, window: Tensor, positions: Tensor, tokens: Tensor,
+def verify_step(decoder, caches: DecoderCaches, rules: LogitRules, temperature: float, window: Tensor, positions: Tensor, tokens: Tensor,
                 seeds: Tensor, with_hidden: bool = False) -> tuple[Tensor, ...]:
     """The main decoder on the windows, its logits processed at every position, and at each the
     token it chooses (argmax, or its draw at the position's uniform number) with that token's
     log-probability, [batch, width] each; with_hidden: also its final hidden states [batch, width,
     d_model]."""
     batch, width = window.shape
-    hidden = decoder.features(window, positions)
+    hidden = decoder.features(window, positions, caches)
     raw = decoder.logits(hidden)
     # each position's logits are for the token after it
     targets = (positions + 1).view(-1)

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .audio import HOP_LENGTH
+from .caches import kept_cache_length, self_attention_caches
+from .model import CrossStates, DecoderCaches
 from .pair import Whisper
 from .tokenizer import TIME_PRECISION, Tokenizer
 
@@ -155,10 +157,10 @@ def alignment_heads(model: Whisper) -> list[tuple[int, int]]:
 
 
 @torch.inference_mode()
-def word_timings(model: Whisper, rows: list[list[int]], languages: list[str | None], task: str,
+def word_timings(model: Whisper, cross: CrossStates, rows: list[list[int]], languages: list[str | None], task: str,
                  n_samples: list[int]) -> list[list[Word]]:
-    """Words of each row of the batch whose encoder states the main decoder's cross-attention
-    holds (right after decoding it), timed on the window's timeline.
+    """Words of each row of a batch, timed on the window's timeline; cross: the main decoder's
+    cross-attention states of the batch (encoding.Encoded.main).
 
     rows: each window's decoded tokens (timestamps are left out); n_samples: the audio samples
     of each window (the attention is read over those frames only)."""
@@ -171,10 +173,11 @@ def word_timings(model: Whisper, rows: list[list[int]], languages: list[str | No
     tokens = torch.full((len(rows), width), special.eot, device=device)
     for row, sequence in enumerate(sequences):
         tokens[row, : len(sequence)] = torch.tensor(sequence, device=device)
-    cache = decoder.blocks[0].attn.kv_cache
-    decoder.ensure_caches(len(rows), cache.k.shape[2] if cache is not None and cache.k.shape[2] >= width else width)
+    n_ctx = kept_cache_length(decoder) or 0  # the decoding's length where it holds the text: no new caches
+    caches = DecoderCaches(cross, self_attention_caches(decoder, len(rows), n_ctx if n_ctx >= width else width))
     scores: list[Tensor] = []
-    hidden = decoder.features(tokens, torch.arange(width, device=device).expand(len(rows), -1), cross_scores=scores)
+    hidden = decoder.features(tokens, torch.arange(width, device=device).expand(len(rows), -1), caches,
+                              cross_scores=scores)
     heads = torch.stack([scores[layer][:, head] for layer, head in alignment_heads(model)], dim=1)
 
     timings = []

@@ -55,8 +55,8 @@ def main() -> int:
         options = DecodingOptions(language=row.get("language"))
         for precision in precisions[i % len(precisions) :] + precisions[: i % len(precisions)]:
             pair, run = pairs[precision], DecodingStats()
-            encode(pair, mel, None, run)
-            results, run = decode_encoded(pair, 1, options, stats=run)
+            encoded = encode(pair, mel, None, run)
+            results, run = decode_encoded(pair, encoded, options, stats=run)
             seconds[precision]["encoder"] += run.encoder_seconds
             seconds[precision]["decoding"] += run.decoding_seconds
             texts[precision].append(pair.main.tokenizer.decode(results[0].tokens))

@@ -17,7 +17,9 @@ from tqdm import tqdm
 
 from ..audio import N_SAMPLES, SAMPLE_RATE, AudioError, batch_features, load_audio
 from ..decoding import decode_encoded
+from ..encoding import Encoded
 from ..jobs import Job, audio_seconds
+from ..model import CrossStates, DecoderCaches
 from ..options import LONG_RECORDING_SECONDS, DecodingOptions
 from ..pair import Whisper, WhisperPair
 from ..sources import cache_dir
@@ -124,14 +126,13 @@ def default_cache(main: Whisper) -> Path:
 
 
 @torch.inference_mode()
-def _teacher_top_k(main: Whisper, sequences: list[list[int]], starts: list[int], top_k: int):
+def _teacher_top_k(main: Whisper, cross: CrossStates, sequences: list[list[int]], starts: list[int], top_k: int):
     """The main model's top-k logits at every predicted position of each sequence (teacher forcing)."""
     device = main.decoder.token_embedding.weight.device
     width = max(map(len, sequences))
     tokens = torch.tensor([s + [main.special.eot] * (width - len(s)) for s in sequences], device=device)
     positions = torch.arange(width, device=device).expand_as(tokens)
-    main.decoder.clear_caches()  # whole sequences at once, no decoding state
-    logits = main.decoder(tokens, positions)
+    logits = main.decoder(tokens, positions, DecoderCaches(cross))  # whole sequences at once: no self-attention caches
     out = []
     for row, (sequence, start) in enumerate(zip(sequences, starts)):
         values, ids = logits[row, start : len(sequence) - 1].topk(top_k, dim=-1)
@@ -194,15 +195,15 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
         examples = [[] for _ in batch]
         with torch.inference_mode():
             states = main.encoder(mel)
-            main.decoder.set_cross(states)
+            encoded = Encoded(main.decoder.cross_states(states))
         for timestamps in (False, True):
             options = DecodingOptions(timestamps=timestamps, temperature=0.0, speculation="off")  # the greedy texts assistants draft
-            results, _ = decode_encoded(main_pair, len(batch), options, languages=languages)
+            results, _ = decode_encoded(main_pair, encoded, options, languages=languages)
             languages = [r.language for r in results]
             prompts = [main.special.prompt(r.language, "transcribe", timestamps) for r in results]
             sequences = [p + r.tokens + [main.special.eot] for p, r in zip(prompts, results)]
             starts = [len(p) - 1 for p in prompts]
-            for row, (ids, values) in enumerate(_teacher_top_k(main, sequences, starts, top_k)):
+            for row, (ids, values) in enumerate(_teacher_top_k(main, encoded.main, sequences, starts, top_k)):
                 examples[row].append({"timestamps": timestamps, "tokens": sequences[row], "start": starts[row],
                                       "top_ids": ids, "top_logits": values})
         states = states.half().cpu()

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..jobs import collect_jobs
-from ..model import Decoder
+from ..model import Decoder, DecoderCaches
 from ..options import DistillOptions
 from ..pair import Whisper, WhisperPair, own_state
 from ..speculative import hidden_before
@@ -67,13 +67,12 @@ def _forward(student: Decoder, tokens: torch.Tensor, cross_kv, hidden: torch.Ten
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """Compact logits and final hidden states at every position; a draft head reads hidden (the
     main decoder's, or its own predictions of them) at the position before each."""
-    for block, kv in zip(student.blocks, cross_kv):
-        block.cross_attn.cross_kv = kv
     positions = torch.arange(tokens.shape[1]).expand_as(tokens)
+    caches = DecoderCaches(cross_kv)
     if hidden is None:
-        out = student.features(tokens, positions)
+        out = student.features(tokens, positions, caches)
     else:
-        out = student.features(tokens, positions, before=hidden_before(hidden, positions))
+        out = student.features(tokens, positions, caches, before=hidden_before(hidden, positions))
     return student.proj_out.compact(out), out
 
 
@@ -104,12 +103,12 @@ def teacher_hidden(main: Whisper, examples: list[Example], encoder: torch.Tensor
     by_window: dict[int, list[Example]] = {}
     for example in examples:
         by_window.setdefault(example.window, []).append(example)
-    main.decoder.clear_caches()  # whole sequences at once, no decoding state
     for window, group in tqdm(by_window.items(), desc="teacher hidden states", unit="window", leave=False):
-        main.decoder.set_cross(encoder[window : window + 1].float().expand(len(group), -1, -1))
+        # whole sequences at once: no self-attention caches
+        caches = DecoderCaches(main.decoder.cross_states(encoder[window : window + 1].float().expand(len(group), -1, -1)))
         width = max(len(e.tokens) for e in group)
         tokens = torch.stack([F.pad(e.tokens, (0, width - len(e.tokens)), value=main.special.eot) for e in group])
-        hidden = main.decoder.features(tokens, torch.arange(width).expand_as(tokens)).half()
+        hidden = main.decoder.features(tokens, torch.arange(width).expand_as(tokens), caches).half()
         for row, e in enumerate(group):
             e.hidden = hidden[row, : len(e.tokens)].clone()
 
@@ -144,8 +143,7 @@ def _cross_kv(main: Whisper, init_layers: list[int], encoder: torch.Tensor) -> l
             attention = main.decoder.blocks[layer].cross_attn
             keys = values = None  # filled in place: lists and a concatenation would hold them twice
             for first in range(0, len(encoder), 8):
-                attention.set_cross(encoder[first : first + 8].float(), torch.float32)
-                k, v = attention.cross_kv
+                k, v = attention.cross_states(encoder[first : first + 8].float(), torch.float32)
                 if keys is None:
                     keys, values = (torch.empty((len(encoder), *t.shape[1:]), dtype=torch.float16) for t in (k, v))
                 keys[first : first + len(k)] = k
