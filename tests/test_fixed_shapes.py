@@ -1,4 +1,4 @@
-"""The fixed-shape rounds (speculative.fixed_shape_decode: GPUs, CPUs without row-invariant kernels)
+"""The fixed-shape rounds (fixed_shapes.fixed_shape_decode: GPUs, CPUs without row-invariant kernels)
 on this CPU: the tokens of the row-invariant rounds in both modes, at every batch size, greedy and
 sampling, whatever the rounds between host reads; and no host read inside a round."""
 
@@ -92,7 +92,7 @@ def test_whole_rounds_replayed_as_graphs_would_give_the_same_tokens(monkeypatch)
     the warm-up does and hands back a replay that runs the captured function again (what a graph
     replay computes), the per-step graphs are stand-ins as well. Tokens and counts must be those of
     step-by-step rounds, and from the second round on every round must be a replay."""
-    import whisper_spec.speculative as speculative
+    import whisper_spec.fixed_shapes as fixed_rounds
 
     replays = []
 
@@ -105,8 +105,8 @@ def test_whole_rounds_replayed_as_graphs_would_give_the_same_tokens(monkeypatch)
             replays.append(1)
             self.run_round()
 
-    monkeypatch.setattr(speculative, "capture_round", Replayed)
-    monkeypatch.setattr(speculative, "step_graphs", lambda decoder: lambda caches, name, step, *inputs: step(*inputs))
+    monkeypatch.setattr(fixed_rounds, "capture_round", Replayed)
+    monkeypatch.setattr(fixed_rounds, "step_graphs", lambda decoder: lambda caches, name, step, *inputs: step(*inputs))
     pair = random_pair()
     torch.manual_seed(0)
     mel = torch.randn(3, 80, 3000)

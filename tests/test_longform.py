@@ -11,8 +11,8 @@ from whisper_spec.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.metrics import word_error_rate
 from whisper_spec.options import ChunkingOptions, DecodingOptions, VadOptions
 from whisper_spec.pair import WhisperPair, decoder_subset
-from whisper_spec.pipeline import Transcript, _keep_to_speech, skipped_stretch, transcribe
-from whisper_spec.segments import Segment
+from whisper_spec.pipeline import Transcript, transcribe
+from whisper_spec.segments import Segment, keep_to_speech, skipped_stretch
 from whisper_spec.timing import Word
 from whisper_spec.vad import VAD_FRAME, clamp_to_speech, padded, plan_chunks, speech_probabilities, speech_regions
 from whisper_spec.writers import to_srt
@@ -266,7 +266,7 @@ def test_text_over_a_quiet_stretch_is_dropped_and_words_leave_pauses():
     said = Segment(5.0, 12.0, "said", [1], [Word(" said", 5.0, 12.0, 0.9, [1])])
     late = Segment(12.0, 19.5, "Thank you.", [2])  # over the pause
     after = Segment(14.0, 24.0, "after", [3], [Word(" after", 14.0, 24.0, 0.9, [3])])  # 40% speech
-    kept = _keep_to_speech([said, late, after], speech_)
+    kept = keep_to_speech([said, late, after], speech_)
     assert [s.text for s in kept] == ["said", "after"]
     assert (kept[0].start, kept[0].end) == (5.0, 10.0) and (kept[1].start, kept[1].end) == (20.0, 24.0)
 

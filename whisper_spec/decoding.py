@@ -18,6 +18,7 @@ from torch import Tensor
 from .caches import BatchCaches
 from .drafts import compiled_draft_logits, draft_logits
 from .encoding import Encoded, detect_language, encode, sot_logits
+from .fixed_shapes import fixed_shape_decode
 from .model import CrossStates
 from .options import DecodingOptions
 from .pair import Whisper, WhisperPair
@@ -140,7 +141,7 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
     state = initial_state(context, languages)
     if after_sot is not None and context.judges_silence:
         read_no_speech(context, state, after_sot)
-    speculative_decode(context, state, stats)
+    (speculative_decode if context.fixed_width is None else fixed_shape_decode)(context, state, stats)
     synchronize(device)
     stats.decoding_seconds += time.perf_counter() - start_time
     return _results(state, context, languages, stats)

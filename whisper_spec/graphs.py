@@ -93,7 +93,7 @@ class StepGraphs:
 
 
 class RoundGraph:
-    """A whole decoding round captured as one CUDA graph (speculative.fixed_round): it reads and
+    """A whole decoding round captured as one CUDA graph (fixed_shapes.fixed_round): it reads and
     writes the batch's state and the decoders' caches in place, so a replay is the next round, its
     one launch in place of a round's hundreds. Captured per batch (the state is the batch's own),
     in a private memory pool freed with it."""

@@ -28,31 +28,16 @@ from .encoding import detect_languages, pair_features
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
 from .results import WindowResult
-from .segments import Segment, window_segments
+from .segments import TAIL_SECONDS, Segment, keep_to_speech, once_each, skipped_stretch, window_segments
 from .stats import DecodingStats
 from .timing import Word, word_timings
-from .vad import clamp_to_speech, padded, plan_chunks, speech_regions
-
-# Whisper often ends a window's text early, before speech that is still in the window: when its last
-# segment ends this many seconds or more before the window does, the rest is decoded as a window of
-# its own (_resume_at), until a window's text reaches its end or adds nothing.
-TAIL_SECONDS = 1.0
+from .vad import padded, plan_chunks, speech_regions, speech_within
 
 # Whisper sometimes closes a segment far later than its words end, skipping speech after them: a
 # segment longer than this many seconds plus SPARSE_SECONDS_PER_TOKEN for each of its tokens has its
 # window's words timed, and where the words end is where the text ends (docs/decisions.md, "Long audio").
 SPARSE_SECONDS = 3.0
 SPARSE_SECONDS_PER_TOKEN = 0.5
-
-# Whisper sometimes skips a stretch of speech and writes what follows it from the stretch's start;
-# DTW then stretches the first word after the skip back over it. A word whose time holds more than
-# this many seconds of the detector's speech marks such a skip: the stretch is decoded again on its
-# own (_skipped; docs/decisions.md, "Long audio").
-SKIP_SECONDS = 2.0
-
-# A segment of long audio less than this fraction of whose time the voice activity detector hears
-# as speech is not kept: Whisper's text for a quiet stretch (docs/decisions.md, "Long audio").
-HEARD_FRACTION = 0.2
 
 # Windows one after another start and end in pauses: a window edge inside a word loses the word. A
 # window resumed for a cut-off segment starts in a pause up to this many seconds before it, and a
@@ -278,7 +263,7 @@ def _plan(index: int, path: str, audio: np.ndarray, chunking: ChunkingOptions) -
     """A file's first windows: its speech chunks where chunking.vad says so (by default for audio
     longer than a window), else the window at its start (the next ones follow as it is decoded).
     The voice activity is found for long audio in either mode: it also keeps text and word times
-    out of pauses (_keep_to_speech)."""
+    out of pauses (segments.keep_to_speech)."""
     window = int(chunking.chunk_length * SAMPLE_RATE)
     long = len(audio) > window
     chunked = chunking.vad if chunking.vad is not None else long
@@ -371,49 +356,18 @@ def _resume_at(pair: WhisperPair, window: _Window, file: _File) -> int | None:
     if not 0 < offset < len(window.audio) or _silent(window.audio[offset:]):
         return None
     rest = (window.start + offset, window.start + len(window.audio))
-    if file.speech is not None and _overlap(file.voiced, *rest) < TAIL_SECONDS / 2 * SAMPLE_RATE:
+    if file.speech is not None and speech_within(file.voiced, *rest) < TAIL_SECONDS / 2 * SAMPLE_RATE:
         return None  # the detector ran: the rest must hold speech
     return offset
 
 
 def _skipped(pair: WhisperPair, window: _Window, file: _File) -> tuple[int, int] | None:
-    """Speech a window's text skipped (see SKIP_SECONDS), where its words are timed and the detector ran."""
+    """Speech a window's text skipped (see segments.SKIP_SECONDS), where its words are timed and the detector ran."""
     if window.result.no_speech or not window.words or not file.voiced:
         return None
     segments = window_segments(window.result.tokens, pair.main.tokenizer, len(window.audio) / SAMPLE_RATE, True,
                                window.words)
     return skipped_stretch(segments, file.voiced, window.start, len(window.audio))
-
-
-def skipped_stretch(segments: list[Segment], voiced: list[tuple[int, int]], offset: int, length: int
-                    ) -> tuple[int, int] | None:
-    """Where a window's words show that Whisper skipped speech: (the start of the segment of the
-    first word holding more than SKIP_SECONDS of the detected speech, the middle of the pause before
-    the speech in which the last such word in a row ends), samples in the window of `length` samples
-    at `offset` in the file; that stretch is decoded again as a window of its own, and the rest after
-    it too. None where no word holds that much, or the stretch is under TAIL_SECONDS."""
-    words = [(segment, word) for segment in segments for word in segment.words]
-    swallows = [_overlap(voiced, offset + w.start * SAMPLE_RATE, offset + w.end * SAMPLE_RATE)
-                > SKIP_SECONDS * SAMPLE_RATE for _, w in words]
-    if not any(swallows):
-        return None
-    first = swallows.index(True)
-    last = first + swallows[first:].index(False) - 1 if False in swallows[first:] else len(words) - 1
-    start = round(words[first][0].start * SAMPLE_RATE)
-    end = offset + round(words[last][1].end * SAMPLE_RATE)
-    after = next((i for i, (_, b) in enumerate(voiced) if b > end), 0)
-    resumed = (voiced[after - 1][1] + voiced[after][0]) // 2 - offset if after else 0
-    if resumed - start < TAIL_SECONDS * SAMPLE_RATE or resumed >= length:
-        return None
-    return start, resumed
-
-
-def _once_each(segments: list[Segment]) -> list[Segment]:
-    """A looping window's segments, each text once: a window whose text still loops after every
-    fallback temperature (or with none: DecodingOptions.temperature) repeats a sentence until the
-    window ends, a hallucination; the repeats are dropped."""
-    seen: set[str] = set()
-    return [s for s in segments if not (s.text in seen or seen.add(s.text))]
 
 
 def _assemble(pair: WhisperPair, file: _File, timestamps: bool, loop_ratio: float | None,
@@ -428,7 +382,7 @@ def _assemble(pair: WhisperPair, file: _File, timestamps: bool, loop_ratio: floa
             for segment in kept:
                 segment.words = []
         if loop_ratio is not None and result.compression_ratio > loop_ratio:
-            kept = _once_each(kept)
+            kept = once_each(kept)
         offset = window.start / SAMPLE_RATE
         for segment in kept:
             segment.start, segment.end = offset + segment.start, offset + segment.end
@@ -436,7 +390,7 @@ def _assemble(pair: WhisperPair, file: _File, timestamps: bool, loop_ratio: floa
                 word.start, word.end = offset + word.start, offset + word.end
         segments += kept
     if file.speech is not None:
-        segments = _keep_to_speech(segments, file.speech)
+        segments = keep_to_speech(segments, file.speech)
     full_text = tokenizer.decode([t for s in segments for t in s.tokens]).strip()
     languages = Counter(w.result.language for w in file.windows if w.result.language)
     stats = DecodingStats(audio_seconds=sum(len(w.audio) for w in file.windows) / SAMPLE_RATE)
@@ -444,22 +398,3 @@ def _assemble(pair: WhisperPair, file: _File, timestamps: bool, loop_ratio: floa
         stats.add(window.result.stats)
     return Transcript(file.path, full_text, languages.most_common(1)[0][0] if languages else None, file.duration,
                       segments, stats)
-
-
-def _keep_to_speech(segments: list[Segment], speech: list[tuple[int, int]]) -> list[Segment]:
-    """Words moved out of pauses (DTW can stretch the first word after a pause back over it),
-    segments with words spanning their words, and then segments less than HEARD_FRACTION speech
-    dropped (a text in a quiet stretch, such as "Thank you." over room tone)."""
-    words = [word for segment in segments for word in segment.words]
-    for word, (start, end) in zip(words, clamp_to_speech([(w.start, w.end) for w in words], speech)):
-        word.start, word.end = start, end
-    for segment in segments:
-        if segment.words:
-            segment.start, segment.end = segment.words[0].start, segment.words[-1].end
-    heard = [_overlap(speech, s.start * SAMPLE_RATE, s.end * SAMPLE_RATE) / SAMPLE_RATE for s in segments]
-    return [s for s, seconds in zip(segments, heard) if seconds >= HEARD_FRACTION * (s.end - s.start)]
-
-
-def _overlap(regions: list[tuple[int, int]], start: float, end: float) -> float:
-    """Samples of regions between start and end (samples)."""
-    return sum(max(0, min(b, end) - max(a, start)) for a, b in regions)

@@ -24,7 +24,7 @@ class LogitRules:
         """vocab: the sorted token ids of the logits' columns, all timestamps among them (an
         assistant's draft vocabulary); default: the whole vocabulary."""
         self.special = special
-        # what a captured step that applies these rules bakes in, besides the model (speculative._replay)
+        # what a captured step that applies these rules bakes in, besides the model (fixed_shapes._replay)
         self.key = (sample_begin, timestamps, None if vocab is None else len(vocab))
         self.sample_begin = sample_begin
         self.timestamps = timestamps

@@ -1,11 +1,29 @@
-"""A window's tokens -> segments: the spans between Whisper's timestamp tokens, with their words."""
+"""A window's tokens -> segments: the spans between Whisper's timestamp tokens, with their words; and
+the rules that read a long file's segments against its voice activity."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from .audio import SAMPLE_RATE
 from .timing import Word
 from .tokenizer import TIME_PRECISION, Tokenizer
+from .vad import clamp_to_speech, speech_within
+
+# Whisper often ends a window's text early, before speech that is still in the window: when its last
+# segment ends this many seconds or more before the window does, the rest is decoded as a window of
+# its own (pipeline._resume_at), until a window's text reaches its end or adds nothing.
+TAIL_SECONDS = 1.0
+
+# Whisper sometimes skips a stretch of speech and writes what follows it from the stretch's start;
+# DTW then stretches the first word after the skip back over it. A word whose time holds more than
+# this many seconds of the detector's speech marks such a skip: the stretch is decoded again on its
+# own (pipeline._skipped; docs/decisions.md, "Long audio").
+SKIP_SECONDS = 2.0
+
+# A segment of long audio less than this fraction of whose time the voice activity detector hears
+# as speech is not kept: Whisper's text for a quiet stretch (docs/decisions.md, "Long audio").
+HEARD_FRACTION = 0.2
 
 
 @dataclass
@@ -48,3 +66,48 @@ def window_segments(tokens: list[int], tokenizer: Tokenizer, duration: float, ti
             segment.words.append(word)
             taken += len(word.tokens)
     return [segment for segment in segments if segment.text]
+
+
+def skipped_stretch(segments: list[Segment], voiced: list[tuple[int, int]], offset: int, length: int
+                    ) -> tuple[int, int] | None:
+    """Where a window's words show that Whisper skipped speech: (the start of the segment of the
+    first word holding more than SKIP_SECONDS of the detected speech, the middle of the pause before
+    the speech in which the last such word in a row ends), samples in the window of `length` samples
+    at `offset` in the file; that stretch is decoded again as a window of its own, and the rest after
+    it too. None where no word holds that much, or the stretch is under TAIL_SECONDS."""
+    words = [(segment, word) for segment in segments for word in segment.words]
+    swallows = [speech_within(voiced, offset + w.start * SAMPLE_RATE, offset + w.end * SAMPLE_RATE)
+                > SKIP_SECONDS * SAMPLE_RATE for _, w in words]
+    if not any(swallows):
+        return None
+    first = swallows.index(True)
+    last = first + swallows[first:].index(False) - 1 if False in swallows[first:] else len(words) - 1
+    start = round(words[first][0].start * SAMPLE_RATE)
+    end = offset + round(words[last][1].end * SAMPLE_RATE)
+    after = next((i for i, (_, b) in enumerate(voiced) if b > end), 0)
+    resumed = (voiced[after - 1][1] + voiced[after][0]) // 2 - offset if after else 0
+    if resumed - start < TAIL_SECONDS * SAMPLE_RATE or resumed >= length:
+        return None
+    return start, resumed
+
+
+def once_each(segments: list[Segment]) -> list[Segment]:
+    """A looping window's segments, each text once: a window whose text still loops after every
+    fallback temperature (or with none: DecodingOptions.temperature) repeats a sentence until the
+    window ends, a hallucination; the repeats are dropped."""
+    seen: set[str] = set()
+    return [s for s in segments if not (s.text in seen or seen.add(s.text))]
+
+
+def keep_to_speech(segments: list[Segment], speech: list[tuple[int, int]]) -> list[Segment]:
+    """Words moved out of pauses (DTW can stretch the first word after a pause back over it),
+    segments with words spanning their words, and then segments less than HEARD_FRACTION speech
+    dropped (a text in a quiet stretch, such as "Thank you." over room tone)."""
+    words = [word for segment in segments for word in segment.words]
+    for word, (start, end) in zip(words, clamp_to_speech([(w.start, w.end) for w in words], speech)):
+        word.start, word.end = start, end
+    for segment in segments:
+        if segment.words:
+            segment.start, segment.end = segment.words[0].start, segment.words[-1].end
+    heard = [speech_within(speech, s.start * SAMPLE_RATE, s.end * SAMPLE_RATE) / SAMPLE_RATE for s in segments]
+    return [s for s, seconds in zip(segments, heard) if seconds >= HEARD_FRACTION * (s.end - s.start)]

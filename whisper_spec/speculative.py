@@ -11,9 +11,9 @@ is the main model's draw at a uniform number fixed by the window's seed and the 
 one main-model step, so both modes share every rule.
 
 Two implementations of the round, by Platform.row_invariant: with row-invariant kernels (CPU), each
-main call scores just the positions in use and finished rows leave the batch; without (GPUs, some
-CPUs), every call has one shape in both modes and the round reads nothing back to the host
-(fixed_shape_decode).
+main call scores just the positions in use and finished rows leave the batch (speculative_decode);
+without (GPUs, some CPUs), every call has one shape in both modes and the round reads nothing back
+to the host (fixed_shapes.py). Both share the state, the acceptance rule and advance.
 """
 
 from __future__ import annotations
@@ -25,20 +25,14 @@ import torch
 from torch import Tensor
 
 from .caches import BatchCaches
-from .graphs import capture_round, step_graphs
-from .model import DecoderCaches
 from .options import DecodingOptions
 from .pair import Whisper
 from .rules import LogitRules
 from .sampling import choose_tokens, position_uniforms, sample_tokens
 from .stats import DecodingStats
 
-# fixed shapes: the assistant's window at a round's first step, the main model's token and the last
-# draft when the assistant accepted all and never saw it
-ASSISTANT_WIDTH = 2
 
-
-def _window(tokens: Tensor, start: Tensor, width: int) -> tuple[Tensor, Tensor]:
+def token_window(tokens: Tensor, start: Tensor, width: int) -> tuple[Tensor, Tensor]:
     """Each row's tokens at positions start .. start + width - 1, and those positions."""
     positions = start[:, None] + torch.arange(width, device=tokens.device)
     return tokens.gather(1, positions), positions
@@ -133,11 +127,9 @@ def initial_state(context: Context, languages: list[str]) -> State:
 
 
 def speculative_decode(context: Context, state: State, stats: DecodingStats) -> None:
-    """Rounds of draft, verify, accept and advance until every row has ended. Without an
-    assistant (k = 0) a round is one main-model step, so both modes share every rule."""
-    if context.fixed_width is not None:
-        fixed_shape_decode(context, state, stats)
-        return
+    """Rounds of draft, verify, accept and advance until every row has ended, with row-invariant
+    kernels (fixed_shapes.fixed_shape_decode where not). Without an assistant (k = 0) a round is one
+    main-model step, so both modes share every rule."""
     if state.hidden is not None:  # a draft head's first step reads the prompt's hidden states
         prefill(context, state, stats)
     while not bool(state.done.all()):
@@ -192,7 +184,7 @@ def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple
     for j in range(k):
         current = state.length + j
         width = int((current - state.assistant_cached)[active].max())
-        window, positions = _window(tokens, (current - width).clamp(min=0), width)
+        window, positions = token_window(tokens, (current - width).clamp(min=0), width)
         # the assistant attends to the positions in use only, not the whole cache
         span = min(int(current.max()) + 1, context.n_ctx)
         step = functools.partial(context.draft_logits, assistant.decoder, context.caches.assistant, span)
@@ -225,7 +217,7 @@ def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: 
     active = ~state.done
     steps = torch.arange(k + 1, device=tokens.device)
     needed = int((length - state.main_cached)[active].max()) + k
-    window, positions = _window(tokens, (length + k - needed).clamp(min=0), needed)
+    window, positions = token_window(tokens, (length + k - needed).clamp(min=0), needed)
     scored = (steps <= round_drafts[:, None]) & active[:, None]
     stats.main_forwards += 1
     features = context.caches.call(functools.partial(decoder.features, caches=context.caches.main), window, positions)
@@ -306,183 +298,3 @@ def advance(context: Context, state: State, k: int, round_drafts: Tensor, n_acce
         grown = torch.where(n_accepted >= round_drafts, state.draft_length + 2, (state.draft_length - 1).clamp(min=1))
         state.draft_length.copy_(torch.where(active & state.drafting, grown.clamp(max=context.max_draft),
                                              state.draft_length))
-
-
-# ---------------------------------------------------------------------------- fixed shapes, no host reads
-
-
-def fixed_shape_decode(context: Context, state: State, stats: DecodingStats) -> None:
-    """The rounds where the main decoder's kernels are not row-invariant (Context.fixed_width): every
-    main call has the same shape in both modes, so a position's logits cannot depend on the mode (the
-    prompt is prefilled alone, each round's window is right-padded to the widest round either mode
-    can have, past the row's end where the cache holds stale drafts anyway, and every row stays in
-    the batch). Every main call, rule and token choice runs on the whole [batch, width] window in
-    both modes, so no op's shape depends on the mode.
-
-    And no host read inside a round: every tensor a round makes has a shape the host knows
-    beforehand, so a GPU's queue never drains mid-round, and the host reads whether every row is
-    done once per context.rounds_per_read rounds (rounds after a row's end leave it unchanged); with
-    adaptive drafts it reads the next round's k with it, each round. With CUDA graphs, from the
-    second round on a whole round is one graph (RoundGraph), replayed round after round."""
-    prefill(context, state, stats)
-    adaptive = context.drafts and context.options.adaptive_draft
-    k = int(state.draft_length.max()) if context.drafts else 0
-    per_read = 1 if adaptive else context.rounds_per_read
-    # the first round runs on its own: the assistant reads the prompt, the no-speech rule may read its logits
-    fixed_round(context, state, k, first=True)
-    stats.main_forwards, stats.assistant_forwards = stats.main_forwards + 1, stats.assistant_forwards + k
-    whole_rounds = context.graphs and not adaptive  # adaptive rounds change k, a graph's shape
-    round_graph = None
-    while True:
-        if adaptive:
-            all_done, k = torch.stack([state.done.all().long(),
-                                       torch.where(state.done, 0, state.draft_length).max()]).tolist()
-        else:
-            all_done = bool(state.done.all())
-        if all_done:
-            return
-        for _ in range(per_read):
-            if round_graph is not None:
-                round_graph.replay()
-            elif whole_rounds:  # runs the round once, then captures it
-                round_graph = capture_round(functools.partial(fixed_round, context, state, k, first=False, direct=True))
-                whole_rounds = round_graph is not None
-            else:
-                fixed_round(context, state, k, first=False)
-            stats.main_forwards, stats.assistant_forwards = stats.main_forwards + 1, stats.assistant_forwards + k
-
-
-def fixed_round(context: Context, state: State, k: int, first: bool, direct: bool = False) -> None:
-    """One fixed-shape round on the state, in place. direct: its steps run as they are, not
-    replayed from graphs of their own (inside a graph of the whole round)."""
-    round_drafts = fixed_draft(context, state, k, first, direct) if k else state.draft_length.clamp(max=0)
-    chosen, window_logprobs = fixed_verify(context, state, direct)
-    scored = fixed_scored(state, k, round_drafts, chosen.shape[1])
-    n_accepted, next_token = fixed_accept(context, state, k, round_drafts, chosen, scored)
-    logprobs = fixed_logprobs(k, window_logprobs, scored, n_accepted) if state.sums_logprobs else None
-    advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
-
-
-def _replay(context: Context, decoder, caches: DecoderCaches, name: tuple, step, *inputs: Tensor,
-            direct: bool = False):
-    """step(*inputs), replayed from a CUDA graph where enabled (and not direct): name holds every
-    value step bakes in besides the decoder, its caches and its inputs, so a graph is replayed only
-    where its step would compute the same."""
-    if context.graphs and not direct:
-        return step_graphs(decoder)(caches, name, step, *inputs)
-    return step(*inputs)
-
-
-def fixed_draft(context: Context, state: State, k: int, first: bool, direct: bool = False) -> Tensor:
-    """k drafts per row from the assistant, as draft() writes them, in windows whose widths the host
-    knows: the prompt in the first round; then 2 at a round's first step (the main model's token,
-    and the last accepted draft where the assistant never saw it) and 1 after. A narrower row's
-    window reaches back over cached positions. No row stops early (that would need a host read): a
-    row unsure of a draft verifies only the drafts before it (round_drafts). Each step, rules and
-    choice included, is one replay. Returns each row's drafts this round."""
-    assistant, options, tokens = context.assistant, context.options, state.tokens
-    rows = torch.arange(len(tokens), device=tokens.device)
-    round_drafts = state.draft_length.clamp(max=k)
-    caches = context.caches.assistant
-    step = functools.partial(draft_step, context.draft_logits, assistant.decoder, caches, context.draft_rules,
-                             context.temperature, context.n_ctx)
-    name = ("draft", context.draft_rules.key, context.temperature, context.n_ctx)
-    for j in range(k):
-        current = state.length + j
-        width = (context.prompt_length if first else ASSISTANT_WIDTH) if j == 0 else 1
-        window, positions = _window(tokens, (current - width).clamp(min=0), width)
-        inputs = (window, positions, tokens, current, context.seeds)
-        if state.hidden is not None:
-            inputs += (hidden_before(state.hidden, positions),)
-        token, confidence, *predicted = _replay(context, assistant.decoder, caches, name, step, *inputs, direct=direct)
-        if predicted:
-            state.hidden[rows, current - 1] = predicted[0].to(state.hidden.dtype)
-        state.assistant_cached.copy_(current)
-        tokens[rows, current] = token
-        if options.draft_confidence > 0:
-            round_drafts = torch.where(confidence < options.draft_confidence, round_drafts.clamp(max=j + 1), round_drafts)
-    return round_drafts
-
-
-def draft_step(draft_logits, decoder, caches: DecoderCaches, rules: LogitRules, temperature: float, span: int,
-               window: Tensor,
-               positions: Tensor, tokens: Tensor, current: Tensor, seeds: Tensor, before: Tensor | None = None
-               ) -> tuple[Tensor, ...]:
-    """One draft per row after the window's last position: the token (an id of the whole
-    vocabulary) and the assistant's probability of it; a draft head's (given before, see
-    draft_logits) also its hidden state at the last position."""
-    out = draft_logits(decoder, caches, span, window, positions, before)
-    logits, predicted = out if before is not None else (out, None)
-    logits = rules(logits, tokens, current)
-    choice = choose_tokens(logits, temperature, seeds, current)
-    confidence = torch.softmax(logits / (temperature or 1.0), dim=-1).gather(1, choice[:, None])[:, 0]
-    token = choice if decoder.draft_vocab is None else decoder.draft_vocab[choice]
-    return (token, confidence) if predicted is None else (token, confidence, predicted)
-
-
-def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[Tensor, Tensor]:
-    """The main model's choice at each column of each row's window of context.fixed_width positions
-    from its last accepted token, and its log-probability: [batch, width] each, column i for the
-    token at length + i. Every active row's keys and values are cached up to its last accepted
-    token (prefill, then advance), so that token starts the window. One replay."""
-    tokens, decoder, caches, width = state.tokens, context.main.decoder, context.caches.main, context.fixed_width
-    window, positions = _window(tokens, (state.length - 1).clamp(min=0), width)
-    with_hidden = state.hidden is not None
-    if context.judges_silence and state.no_speech is None:  # a one-token prompt, which no prefill read
-        chosen, logprobs, hidden = verify_step(decoder, caches, context.rules, context.temperature, window, positions, tokens,
-                                               context.seeds, with_hidden=True)
-        read_no_speech(context, state, decoder.logits(hidden[:, 0]))
-    else:
-        step = functools.partial(verify_step, decoder, caches, context.rules, context.temperature, with_hidden=with_hidden)
-        name = ("verify", context.rules.key, context.temperature, with_hidden)
-        chosen, logprobs, *hidden = _replay(context, decoder, caches, name, step, window, positions, tokens, context.seeds,
-                                            direct=direct)
-        hidden = hidden[0] if hidden else None
-    if with_hidden:
-        state.hidden.scatter_(1, positions[..., None].expand(-1, -1, state.hidden.shape[-1]), hidden)
-    return chosen, logprobs
-
-
-def verify_step(decoder, caches: DecoderCaches, rules: LogitRules, temperature: float, window: Tensor, positions: Tensor, tokens: Tensor,
-                seeds: Tensor, with_hidden: bool = False) -> tuple[Tensor, ...]:
-    """The main decoder on the windows, its logits processed at every position, and at each the
-    token it chooses (argmax, or its draw at the position's uniform number) with that token's
-    log-probability, [batch, width] each; with_hidden: also its final hidden states [batch, width,
-    d_model]."""
-    batch, width = window.shape
-    hidden = decoder.features(window, positions, caches)
-    raw = decoder.logits(hidden)
-    # each position's logits are for the token after it
-    targets = (positions + 1).view(-1)
-    # expanded rather than repeat_interleave'd, which may read its output size back from the device
-    row_tokens = tokens[:, None].expand(-1, width, -1).reshape(batch * width, -1)
-    logits = rules(raw.flatten(0, 1), row_tokens, targets)
-    chosen = choose_tokens(logits, temperature, seeds[:, None].expand(-1, width).reshape(-1), targets)
-    logprobs = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None])[:, 0]
-    out = (chosen.view(batch, width), logprobs.view(batch, width))
-    return out + ((hidden,) if with_hidden else ())
-
-
-def fixed_scored(state: State, k: int, round_drafts: Tensor, width: int) -> Tensor:
-    """[batch, width]: the window's columns where the round can end, each active row's drafts and
-    the position after them."""
-    steps = torch.arange(width, device=round_drafts.device)
-    return (steps <= round_drafts[:, None]) & (steps <= k) & ~state.done[:, None]
-
-
-def fixed_accept(context: Context, state: State, k: int, round_drafts: Tensor, chosen: Tensor, scored: Tensor
-                 ) -> tuple[Tensor, Tensor]:
-    """accept() on the main model's choices at the window's columns (fixed_verify): the drafts it
-    agrees with, and its next token."""
-    steps = torch.arange(k + 1, device=chosen.device)
-    drafts = state.tokens.gather(1, state.length[:, None] + steps[:k])
-    target = torch.where(scored, chosen, context.main.special.eot)[:, : k + 1]
-    return accept_greedy(target, drafts, steps[:k] < round_drafts[:, None])
-
-
-def fixed_logprobs(k: int, logprobs: Tensor, scored: Tensor, n_accepted: Tensor) -> Tensor:
-    """token_logprobs() from the window's log-probabilities of the main model's choices: [batch,
-    k + 1], those of the tokens the round keeps (the accepted drafts, which equal its choices, then
-    its next token)."""
-    steps = torch.arange(scored.shape[1], device=logprobs.device)
-    return torch.where(scored & (steps <= n_accepted[:, None]), logprobs, 0.0)[:, : k + 1]

@@ -178,3 +178,8 @@ def clamp_to_speech(spans: list[tuple[float, float]], regions: list[tuple[int, i
                 end = ends[j - 1]
         clamped.append((start, end))
     return clamped
+
+
+def speech_within(regions: list[tuple[int, int]], start: float, end: float) -> float:
+    """Samples of regions between start and end (samples)."""
+    return sum(max(0, min(b, end) - max(a, start)) for a, b in regions)
