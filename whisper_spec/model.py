@@ -32,7 +32,7 @@ class ModelDims:
 
 def cast(tensor: Tensor, dtype: torch.dtype) -> Tensor:
     """tensor in dtype; one that already is costs no dispatcher call (a decoder step makes a
-    hundred such casts, most of them no-ops, at ~2 us each through Tensor.to)."""
+    hundred such casts, most of them no-ops)."""
     return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
@@ -56,8 +56,7 @@ class Linear(nn.Linear):
         self.pad_rows = 0
 
     def reset_parameters(self) -> None:
-        # as Embedding's: values drawn on the meta device are never read (the weights are assigned),
-        # and drawing them for the 87 linears of a pair took 0.15 s of every start
+        # as Embedding's: values drawn on the meta device are never read (the weights are assigned)
         if not self.weight.is_meta:
             super().reset_parameters()
 
@@ -89,7 +88,7 @@ class Linear(nn.Linear):
 class Embedding(nn.Embedding):
     def reset_parameters(self) -> None:
         # a meta tensor has no values to draw, yet drawing them imports torch's compiler (the meta
-        # normal_ is a decomposition): 1.7 s of every start, where decoders are built on meta
+        # normal_ is a decomposition), seconds of every start where decoders are built on meta
         if not self.weight.is_meta:
             super().reset_parameters()
 
@@ -161,11 +160,12 @@ class Encoder(nn.Module):
         return self.ln_post(x)
 
 
+@dataclass
 class KVCache:
     """Preallocated keys and values of one decoder self-attention layer: [batch, head, ctx, head_dim]."""
 
-    def __init__(self, k: Tensor, v: Tensor):
-        self.k, self.v = k, v
+    k: Tensor
+    v: Tensor
 
     @classmethod
     def empty(cls, batch: int, n_head: int, n_ctx: int, head_dim: int, dtype, device) -> "KVCache":
@@ -195,11 +195,11 @@ class DecoderCaches:
 
     def rows(self, keep: Tensor) -> "DecoderCaches":
         """These rows only (an index or a mask), in that order: copies, the originals stay whole."""
-        caches = None if self.self_attention is None else [KVCache(c.k[keep], c.v[keep]) for c in self.self_attention]
-        return DecoderCaches([(k[keep], v[keep]) for k, v in self.cross], caches)
+        return DecoderCaches([(k[keep], v[keep]) for k, v in self.cross], self.self_attention and [
+            KVCache(c.k[keep], c.v[keep]) for c in self.self_attention])
 
     def tensors(self) -> list[Tensor]:
-        """Every tensor a call reads or writes, block by block."""
+        """Every tensor a call reads or writes: the self-attention caches', then the cross-attention states."""
         caches = self.self_attention or []
         return [t for c in caches for t in (c.k, c.v)] + [t for kv in self.cross for t in kv]
 
@@ -344,9 +344,8 @@ class Decoder(nn.Module):
         self.dims = dims
         self.token_embedding = Embedding(dims.n_vocab, dims.d_model)
         self.positional_embedding = nn.Parameter(torch.zeros(dims.n_text_ctx, dims.d_model))
-        self.blocks = nn.ModuleList(
-            DecoderBlock(dims.d_model, dims.n_text_head, dims.n_text_ffn) for _ in range(dims.n_text_layer)
-        )
+        self.blocks = nn.ModuleList(DecoderBlock(dims.d_model, dims.n_text_head, dims.n_text_ffn)
+                                    for _ in range(dims.n_text_layer))
         self.ln = nn.LayerNorm(dims.d_model)
         self.proj_out: nn.Module | None = None
         self.cross_source: list[int] | None = None  # per block: the main decoder layer whose cross keys/values it reuses

@@ -52,6 +52,20 @@ def check_device(device: torch.device) -> None:
         raise ValueError(f"device {device} asked for, but torch sees {torch.cuda.device_count()} CUDA device(s)")
 
 
+def device_type(device: torch.device) -> str:
+    """"cpu" or "cuda": the device as other libraries name it (CTranslate2, for the bench's peers)."""
+    return device.type
+
+
+def counts_allocator_memory(device: torch.device) -> bool:
+    """Whether a peak memory is the device allocator's (CUDA) rather than the process's resident set."""
+    return device.type == "cuda"
+
+
+def gpu_name(device: torch.device) -> str | None:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
+
+
 def cpu_has_amx() -> bool:
     """Whether this CPU has AMX tiles (oneDNN's bfloat16 and int8 matrix units, Xeon Sapphire Rapids on)."""
     probe = getattr(torch.cpu, "_is_amx_tile_supported", None)

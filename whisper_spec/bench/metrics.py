@@ -15,6 +15,8 @@ from pathlib import Path
 import jiwer
 import torch
 
+from ..platform import counts_allocator_memory, gpu_name
+
 
 @functools.cache
 def _english_normalizer():
@@ -73,7 +75,7 @@ class PeakMemory:
             self.peak = max(self.peak, self.rss())
 
     def __enter__(self):
-        if self.device.type == "cuda":
+        if counts_allocator_memory(self.device):
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
             self.peak = self.rss()
@@ -82,7 +84,7 @@ class PeakMemory:
         return self
 
     def __exit__(self, *exc):
-        if self.device.type == "cuda":
+        if counts_allocator_memory(self.device):
             self.peak = torch.cuda.max_memory_allocated(self.device)
         else:
             self._stop.set()
@@ -128,8 +130,8 @@ def machine_info(device: torch.device) -> dict:
         "torch_threads": torch.get_num_threads(), "device": str(device), "python": sys.version.split()[0],
         "torch": torch.__version__, "transformers": transformers.__version__,
     }
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
+    if gpu_name(device) is not None:
+        info["gpu"] = gpu_name(device)
     try:
         import ctranslate2
         import faster_whisper

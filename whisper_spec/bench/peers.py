@@ -12,6 +12,7 @@ import torch
 from ..encoding import pair_features
 from ..load import load_pair
 from ..pair import WhisperPair
+from ..platform import counts_allocator_memory, device_type
 from ..sources import ct2_source
 from .data import Utterance, batches
 
@@ -99,10 +100,10 @@ class FasterWhisperPeer:
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch, no threads of ours
         self._connection, child = context.Pipe()
         self._process = context.Process(target=faster_whisper_process.serve, daemon=True,
-                                        args=(child, str(ct2_dir), device.type, torch.get_num_threads()))
+                                        args=(child, str(ct2_dir), device_type(device), torch.get_num_threads()))
         self._process.start()
         child.close()
-        self._cpu = device.type == "cpu"
+        self._cpu = not counts_allocator_memory(device)
         self.peak_memory_bytes = None  # on CPU, the child's peak resident set size so far
         self._reply()
 

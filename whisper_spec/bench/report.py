@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..pair import decoder_precision, encoder_precision
+from ..platform import counts_allocator_memory
 from ..stats import DecodingStats
 from .metrics import machine_info, word_error_rate
 
@@ -51,7 +52,7 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
             "drafted_by_position": stats.drafted_by_position if stats else [],
             "accepted_by_position": stats.accepted_by_position if stats else [],
             "peak_memory_bytes": run.peak_memory_bytes,
-            "peak_memory_kind": "cuda_max_allocated" if pair.device.type == "cuda" else "process_rss",
+            "peak_memory_kind": "cuda_max_allocated" if counts_allocator_memory(pair.device) else "process_rss",
         }
         seconds = entry["decoding_seconds"] or total
         entry["tokens_per_second"] = entry["generated_tokens"] / seconds if seconds else None

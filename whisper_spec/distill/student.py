@@ -93,6 +93,20 @@ def save_assistant(student: Decoder, main: Whisper, output: Path, meta: dict) ->
     (output / "README.md").write_text(model_card(config))
 
 
+def _data_description(recipe: dict, data: dict) -> tuple[str, str]:
+    """The model card's words on the training recordings beyond the files, and on the held-out ends."""
+    joined_files = (f" and {data.get('joined_recordings')} recordings of {recipe.get('join')} of them joined end to end"
+                    " (full 30 s windows, as in long-form transcription; held-out files joined only with each other)"
+                    if recipe.get("join") else "")
+    joined_files += (f"; {data.get('perturbed_copies')} perturbed copies of the training recordings ({recipe.get('augment')}"
+                     " each: speed changed by up to 10%, white noise at 10-30 dB SNR)" if recipe.get("augment") else "")
+    joined_files += (f"; recordings of {LONG_RECORDING_SECONDS} s or more cut into windows {recipe.get('shifts')} ways"
+                     if (recipe.get("shifts") or 1) > 1 else "")
+    ends = (f", and the last {recipe.get('held_out'):.0%} of each of {data['held_out_ends']} recordings of"
+            f" {LONG_RECORDING_SECONDS} s or more (its speech never trained on)" if data.get("held_out_ends") else "")
+    return joined_files, ends
+
+
 def model_card(config: dict) -> str:
     """The assistant's model card: what it is, how it was made, what it reached while training."""
     training = config.get("training", {})
@@ -107,15 +121,7 @@ def model_card(config: dict) -> str:
     joined = training.get("held_out_joined_acceptance") is not None
     joined_line = (f" (on the held-out joined recordings' windows {rate('held_out_joined_acceptance_before')}"
                    f" before, {rate('held_out_joined_acceptance')} after)") if joined else ""
-    joined_files = (f" and {data.get('joined_recordings')} recordings of {recipe.get('join')} of them joined end to end"
-                    " (full 30 s windows, as in long-form transcription; held-out files joined only with each other)"
-                    if recipe.get("join") else "")
-    joined_files += (f"; {data.get('perturbed_copies')} perturbed copies of the training recordings ({recipe.get('augment')}"
-                     " each: speed changed by up to 10%, white noise at 10-30 dB SNR)" if recipe.get("augment") else "")
-    joined_files += (f"; recordings of {LONG_RECORDING_SECONDS} s or more cut into windows {recipe.get('shifts')} ways"
-                     if (recipe.get("shifts") or 1) > 1 else "")
-    ends = (f", and the last {recipe.get('held_out'):.0%} of each of {data['held_out_ends']} recordings of"
-            f" {LONG_RECORDING_SECONDS} s or more (its speech never trained on)" if data.get("held_out_ends") else "")
+    joined_files, ends = _data_description(recipe, data)
     by_language = training.get("held_out_acceptance_by_language") or {}
     coverage = training.get("held_out_draft_vocab_coverage_by_language") or {}
     languages_table = "" if len(coverage) < 2 else (

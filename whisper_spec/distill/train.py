@@ -216,18 +216,7 @@ def distill(
 
     summary = {
         "recipe": {**asdict(options), "init_layers": init_layers},
-        "training_data": {
-            "source": " ".join(sources),
-            "files": len(jobs),
-            "joined_recordings": sum(len(r.parts) > 1 and not r.copy for r in recordings),
-            "perturbed_copies": sum(bool(r.copy) for r in recordings),
-            "windows": len(windows),
-            "held_out_files": len(held),
-            "held_out_ends": sum(r.held_out and r.span != (0.0, 1.0) for r in recordings),
-            "languages": sorted(set(languages)),
-            "train_sequences": len(train),
-            "train_sequences_by_language": dict(sorted(Counter(e.language for e in train).items())),
-        },
+        "training_data": _training_data(sources, jobs, recordings, len(windows), held, languages, train),
         "command": command,
         "label_seconds": round(label_seconds, 1),
         "train_seconds": round(time.perf_counter() - train_started, 1),
@@ -248,6 +237,23 @@ def distill(
     save_assistant(student, main, output, {"draft_languages": draft_languages, "training": summary})
     (output / "checkpoint.pt").unlink(missing_ok=True)
     return summary
+
+
+def _training_data(sources: list[str], jobs: list, recordings: list, windows: int, held: set, languages: list[str],
+                   train: list[Example]) -> dict:
+    """What the assistant was trained on, for its model card."""
+    return {
+        "source": " ".join(sources),
+        "files": len(jobs),
+        "joined_recordings": sum(len(r.parts) > 1 and not r.copy for r in recordings),
+        "perturbed_copies": sum(bool(r.copy) for r in recordings),
+        "windows": windows,
+        "held_out_files": len(held),
+        "held_out_ends": sum(r.held_out and r.span != (0.0, 1.0) for r in recordings),
+        "languages": sorted(set(languages)),
+        "train_sequences": len(train),
+        "train_sequences_by_language": dict(sorted(Counter(e.language for e in train).items())),
+    }
 
 
 def _draft_languages(train: list[Example], held_out: list[Example]) -> list[str]:
