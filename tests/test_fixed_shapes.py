@@ -1,6 +1,7 @@
 """The fixed-shape rounds (fixed_shapes.fixed_shape_decode: GPUs, CPUs without row-invariant kernels)
 on this CPU: the tokens of the row-invariant rounds in both modes, at every batch size, greedy and
-sampling, whatever the rounds between host reads; and no host read inside a round."""
+sampling, whatever the rounds between host reads; and no host read inside a round. And the buffers
+CUDA graphs replay on: where a batch's caches lie."""
 
 from dataclasses import replace
 
@@ -9,7 +10,9 @@ import torch
 from conftest import main_alone, perturbed_decoder, random_model
 from torch.profiler import ProfilerActivity, profile
 
+from whisper_spec.caches import BatchCaches
 from whisper_spec.decoding import decode_windows
+from whisper_spec.graphs import buffer_layout
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
 
@@ -123,3 +126,25 @@ def test_whole_rounds_replayed_as_graphs_would_give_the_same_tokens(monkeypatch)
                 expected_stats.main_forwards, expected_stats.assistant_forwards, expected_stats.accepted)
             # prefill, the first round and the captured one run as they are
             assert replays and len(replays) == stats.main_forwards - 3
+
+
+@torch.inference_mode()
+def test_stable_caches_keep_their_buffers_across_batches_of_one_shape():
+    """A captured CUDA graph reads and writes the memory it was captured with: with stable buffers
+    (CUDA graphs on), the next batch of the same shape finds its caches and cross-attention states
+    where the last one's were, holding its own states; a batch of another shape gets buffers of its
+    own, and without stable buffers a batch reads its own states in place."""
+    decoder = random_model(0).decoder
+    dims = decoder.dims
+
+    def cross(batch: int, seed: int):
+        return decoder.cross_states(torch.randn(batch, dims.n_audio_ctx, dims.d_model,
+                                                generator=torch.Generator().manual_seed(seed)))
+
+    first, second = cross(2, 0), cross(2, 1)
+    layout = buffer_layout(BatchCaches([(decoder, first)], 16, row_invariant=False, stable=True).main)
+    caches = BatchCaches([(decoder, second)], 16, row_invariant=False, stable=True).main
+    assert buffer_layout(caches) == layout
+    assert all(torch.equal(kept, new) for kept_kv, new_kv in zip(caches.cross, second) for kept, new in zip(kept_kv, new_kv))
+    assert buffer_layout(BatchCaches([(decoder, cross(3, 2))], 16, row_invariant=False, stable=True).main) != layout
+    assert BatchCaches([(decoder, second)], 16, row_invariant=False).main.cross is second
