@@ -217,10 +217,10 @@ def test_fixed_shape_decoding_gives_the_row_invariant_tokens(base_with_layer_sub
     widths = []
     features = type(pair.main.decoder).features
 
-    def recording(decoder, tokens, positions, span=None):
+    def recording(decoder, tokens, positions, caches, span=None, cross_scores=None):
         if decoder is pair.main.decoder:
             widths.append(tokens.shape)
-        return features(decoder, tokens, positions, span)
+        return features(decoder, tokens, positions, caches, span, cross_scores)
 
     monkeypatch.setattr(type(pair.main.decoder), "features", recording)
     for batch in (1, 4):
