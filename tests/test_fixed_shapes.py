@@ -1,6 +1,7 @@
 """The fixed-shape rounds (fixed_shapes.fixed_shape_decode: GPUs, CPUs without row-invariant kernels)
 on this CPU: the tokens of the row-invariant rounds in both modes, at every batch size, greedy and
-sampling, whatever the rounds between host reads; and no host read inside a round. And the buffers
+sampling, whatever the rounds between host reads, each row's text held open to its end floor; and no
+host read inside a round. And the buffers
 CUDA graphs replay on: where a batch's caches lie."""
 
 from dataclasses import replace
@@ -11,10 +12,11 @@ from conftest import main_alone, perturbed_decoder, random_model
 from torch.profiler import ProfilerActivity, profile
 
 from whisper_spec.caches import BatchCaches
-from whisper_spec.decoding import decode_windows
+from whisper_spec.decoding import decode_encoded, decode_windows, encode_batch
 from whisper_spec.graphs import buffer_layout
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
+from whisper_spec.tokenizer import TIME_PRECISION
 
 CPU = torch.device("cpu")
 OPTIONS = {
@@ -60,6 +62,25 @@ def test_fixed_shape_rounds_give_the_row_invariant_tokens_in_both_modes(name, ba
             if mode is options:
                 assert stats.drafted > 0 and stats.accepted > 0
 
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_end_floors_hold_each_rows_text_open_alike_in_both_modes_and_both_rounds(batch):
+    options, pair = OPTIONS["timestamps-adaptive"], random_pair()
+    special = pair.main.special
+    torch.manual_seed(batch)
+    encoded, _ = encode_batch(pair, torch.randn(batch, 80, 3000), options)
+    floors = [0.6, 0.0, 0.3, 0.7][:batch]
+    reference, _ = decode_encoded(pair, encoded, main_alone(options), end_floors=floors)
+    unheld, _ = decode_encoded(pair, encoded, main_alone(options))
+    assert [r.tokens for r in reference] != [r.tokens for r in unheld]
+    for result, floor in zip(reference, floors):
+        last_timestamp = max([t for t in result.tokens if t >= special.timestamp_begin], default=special.timestamp_begin)
+        assert result.hit_max_length or last_timestamp >= special.timestamp_begin + round(floor / TIME_PRECISION)
+    for decoding in (pair, fixed_shapes(pair, 2)):
+        for mode in (main_alone(options), options):
+            results, _ = decode_encoded(decoding, encoded, mode, end_floors=floors)
+            assert [r.tokens for r in results] == [r.tokens for r in reference], mode.speculation
 
 def scalar_reads(pair: WhisperPair, mel: torch.Tensor, options: DecodingOptions) -> tuple[int, int]:
     """Host reads of device values while decoding (a scalar read back, a boolean mask's nonzero) and

@@ -1,13 +1,15 @@
 """The speculative round's pieces, each on its own: the acceptance rules (greedy and sampling), advance
-(append, end, roll back, count, adapt) and the counter-based uniform numbers sampling draws at."""
+(append, end, roll back, count, adapt), the counter-based uniform numbers sampling draws at, and the
+logit rule that holds a row's text open to its end floor."""
 
 import torch
-from conftest import perturbed_decoder, random_model
+from conftest import RANDOM_DIMS, perturbed_decoder, random_model
 
 from whisper_spec.caches import BatchCaches
 from whisper_spec.decoding import _context
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
+from whisper_spec.rules import LogitRules
 from whisper_spec.sampling import position_uniforms, row_seeds, sample_tokens
 from whisper_spec.speculative import accept, accept_greedy, advance, initial_state
 
@@ -61,7 +63,7 @@ def _round(batch=3, temperature=0.0, max_length=40, **options):
     states = torch.zeros(batch, main.dims.n_audio_ctx, main.dims.d_model)
     caches = BatchCaches([(model.decoder, model.decoder.cross_states(states)) for model in (main, pair.assistant)],
                          n_ctx, row_invariant=True)
-    context = _context(pair.platform, main, pair.assistant, options, temperature, [0] * batch, languages, n_ctx,
+    context = _context(pair.platform, main, pair.assistant, options, temperature, [0] * batch, [0.0] * batch, languages, n_ctx,
                        max_length, CPU, caches, False)
     return context, initial_state(context, languages)
 
@@ -117,3 +119,18 @@ def test_sampling_accepts_a_draft_where_it_is_the_main_models_own_draw():
     scored = torch.ones(2, k + 1, dtype=torch.bool)
     n_accepted, next_token = accept(context, state, k, torch.full((2,), k), logits.flatten(0, 1), scored)
     assert n_accepted.tolist() == [2, 1] and next_token.tolist() == [9, 9]
+
+
+def test_a_rows_text_does_not_end_before_its_timestamps_reach_its_end_floor():
+    special = random_model(0).special
+    ts = special.timestamp_begin
+    rules = LogitRules(special, RANDOM_DIMS.n_vocab, 3, True, CPU)
+    # after <|0.10|> and a word the text may end: only where the floor is not past <|0.10|>
+    row = [special.sot, special.lang_to_id["en"], special.transcribe, ts + 5, 7]
+    tokens = torch.tensor([row + [special.eot] * 3] * 3)
+    floors = torch.tensor([ts, ts + 5, ts + 6])
+    text_likelier = torch.where(torch.arange(RANDOM_DIMS.n_vocab) < ts, 5.0, 0.0).expand(3, -1)
+    logits = rules(text_likelier, tokens, torch.full((3,), len(row)), floors)
+    assert logits[:, special.eot].isfinite().tolist() == [True, True, False]
+    # nothing else changes: the row held open may go on in words or close its segment
+    assert torch.equal(logits[2].isfinite(), logits[0].isfinite().index_fill(0, torch.tensor([special.eot]), False))

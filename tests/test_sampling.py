@@ -28,8 +28,9 @@ def exact_joint(model, mel, prompt):
     positions = torch.arange(tokens.shape[1]).repeat(vocab, 1)
     logits = decoder(tokens, positions, caches)
     padded = torch.cat([tokens, torch.zeros(vocab, 4, dtype=torch.long)], dim=1)
-    first = torch.softmax(rules(logits[:1, -2], padded[:1], torch.tensor([len(prompt)])) / TEMPERATURE, -1)[0]
-    second = torch.softmax(rules(logits[:, -1], padded, torch.full((vocab,), len(prompt) + 1)) / TEMPERATURE, -1)
+    anywhere = torch.full((vocab,), model.special.timestamp_begin)  # no end floor (and no timestamps here)
+    first = torch.softmax(rules(logits[:1, -2], padded[:1], torch.tensor([len(prompt)]), anywhere[:1]) / TEMPERATURE, -1)[0]
+    second = torch.softmax(rules(logits[:, -1], padded, torch.full((vocab,), len(prompt) + 1), anywhere) / TEMPERATURE, -1)
     joint = {}
     for x1 in range(vocab):
         if first[x1] == 0:

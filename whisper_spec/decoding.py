@@ -28,6 +28,7 @@ from .rules import LogitRules
 from .sampling import row_seeds
 from .speculative import Context, State, initial_state, read_no_speech, speculative_decode
 from .stats import DecodingStats
+from .tokenizer import TIME_PRECISION
 
 
 def auto_drafts(platform: Platform, assistant_cross: CrossStates, batch: int) -> bool:
@@ -76,8 +77,10 @@ def decode_encoded(
     languages: list[str | None] | None = None,
     seeds: list[int] | None = None,
     stats: DecodingStats | None = None,
+    end_floors: list[float] | None = None,
 ) -> tuple[list[WindowResult], DecodingStats]:
-    """decode_windows of a batch already encoded (encode_batch).
+    """decode_windows of a batch already encoded (encode_batch). end_floors: per row, seconds into
+    the window its text's timestamps reach before it may end (with timestamps; default 0.0: anywhere).
 
     Every window is decoded at the first temperature; a window whose text fails (needs_fallback)
     is decoded again at the next one, alone with the others that failed, until one passes or the
@@ -87,10 +90,11 @@ def decode_encoded(
     stats = stats or DecodingStats(windows=batch)
     languages = list(languages) if languages is not None else [options.language] * batch
     seeds = list(seeds) if seeds is not None else [0] * batch
-    if len(languages) != batch or len(seeds) != batch:
-        raise ValueError(f"{len(languages)} languages and {len(seeds)} seeds for {batch} windows")
+    floors = list(end_floors) if end_floors is not None else [0.0] * batch
+    if not len(languages) == len(seeds) == len(floors) == batch:
+        raise ValueError(f"{len(languages)} languages, {len(seeds)} seeds and {len(floors)} end floors for {batch} windows")
     first_temperature, *fallbacks = options.temperature
-    attempts = [[r] for r in _decode_pass(pair, encoded, options, first_temperature, languages, seeds, stats)]
+    attempts = [[r] for r in _decode_pass(pair, encoded, options, first_temperature, languages, seeds, floors, stats)]
     retry = [i for i, tried in enumerate(attempts) if needs_fallback(tried[-1], options)]
     for temperature in fallbacks:
         if not retry:
@@ -98,8 +102,8 @@ def decode_encoded(
         # graphs off: a capture for each such batch would cost more than its steps save
         pass_stats = DecodingStats(fallbacks=len(retry))
         results = _decode_pass(pair, encoded, replace(options, cuda_graphs=False), temperature,
-                               [attempts[i][0].language for i in retry], [seeds[i] for i in retry], pass_stats,
-                               rows=torch.tensor(retry, device=pair.device))
+                               [attempts[i][0].language for i in retry], [seeds[i] for i in retry],
+                               [floors[i] for i in retry], pass_stats, rows=torch.tensor(retry, device=pair.device))
         stats.add(pass_stats)
         for i, result in zip(retry, results):
             attempts[i].append(result)
@@ -113,8 +117,8 @@ def _assistant(pair: WhisperPair, options: DecodingOptions) -> Whisper | None:
 
 
 def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, temperature: float,
-                 languages: list[str | None], seeds: list[int], stats: DecodingStats, rows: Tensor | None = None
-                 ) -> list[WindowResult]:
+                 languages: list[str | None], seeds: list[int], floors: list[float], stats: DecodingStats,
+                 rows: Tensor | None = None) -> list[WindowResult]:
     """One decoding at this temperature (0: greedy) of every row of the batch, or of these rows."""
     main, device, batch = pair.main, pair.device, len(languages)
     assistant = _assistant(pair, options)
@@ -136,8 +140,8 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
         languages = [language or found for language, found in zip(languages, detect_language(main, after_sot))]
     if not main.special.multilingual:
         languages = ["en"] * batch
-    context = _context(pair.platform, main, assistant, options, temperature, seeds, languages, n_ctx, max_length,
-                       device, caches, graphs)
+    context = _context(pair.platform, main, assistant, options, temperature, seeds, floors, languages, n_ctx,
+                       max_length, device, caches, graphs)
     state = initial_state(context, languages)
     if after_sot is not None and context.judges_silence:
         read_no_speech(context, state, after_sot)
@@ -147,8 +151,8 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
     return _results(state, context, languages, stats)
 
 
-def _context(platform, main, assistant, options, temperature, seeds, languages, n_ctx, max_length, device, caches,
-             graphs) -> Context:
+def _context(platform, main, assistant, options, temperature, seeds, floors, languages, n_ctx, max_length, device,
+             caches, graphs) -> Context:
     special = main.special
     prompt_length = len(special.prompt(languages[0], options.task, options.timestamps))
     rules = LogitRules(special, main.dims.n_vocab, prompt_length, options.timestamps, device)
@@ -157,6 +161,8 @@ def _context(platform, main, assistant, options, temperature, seeds, languages, 
     draft_rules = rules if draft_vocab is None else LogitRules(
         special, main.dims.n_vocab, prompt_length, options.timestamps, device, vocab=draft_vocab)
     seeds = row_seeds(options.seed, seeds, device)
+    end_floors = torch.tensor([min(special.timestamp_begin + round(max(seconds, 0.0) / TIME_PRECISION), main.dims.n_vocab - 1)
+                               for seconds in floors], device=device)
     max_draft = 0 if assistant is None else (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens)
     drafts = assistant is not None and (options.speculation == "on" or (
         options.speculation == "auto" and auto_drafts(platform, caches.assistant.cross, len(languages))))
@@ -167,7 +173,7 @@ def _context(platform, main, assistant, options, temperature, seeds, languages, 
     step = compiled_draft_logits if options.compile_drafts and platform.compiles_drafts else draft_logits
     judges_silence = options.no_speech_threshold is not None and special.no_speech is not None
     judges_text = options.logprob_threshold is not None and len(options.temperature) > 1
-    return Context(main, assistant, options, rules, draft_rules, temperature, seeds, prompt_length, n_ctx,
+    return Context(main, assistant, options, rules, draft_rules, temperature, seeds, end_floors, prompt_length, n_ctx,
                     max_length, max_draft, drafts, fixed_width, graphs, step, caches, judges_silence, judges_text,
                     platform.rounds_per_read)
 

@@ -102,7 +102,7 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
         current = state.length + j
         width = (context.prompt_length if first else ASSISTANT_WIDTH) if j == 0 else 1
         window, positions = token_window(tokens, (current - width).clamp(min=0), width)
-        inputs = (window, positions, tokens, current, context.seeds)
+        inputs = (window, positions, tokens, current, context.seeds, context.end_floors)
         if state.hidden is not None:
             inputs += (hidden_before(state.hidden, positions),)
         token, confidence, *predicted = _replay(context, assistant.decoder, caches, name, step, *inputs, direct=direct)
@@ -116,15 +116,14 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
 
 
 def draft_step(draft_logits, decoder, caches: DecoderCaches, rules: LogitRules, temperature: float, span: int,
-               window: Tensor,
-               positions: Tensor, tokens: Tensor, current: Tensor, seeds: Tensor, before: Tensor | None = None
-               ) -> tuple[Tensor, ...]:
+               window: Tensor, positions: Tensor, tokens: Tensor, current: Tensor, seeds: Tensor, end_floors: Tensor,
+               before: Tensor | None = None) -> tuple[Tensor, ...]:
     """One draft per row after the window's last position: the token (an id of the whole
     vocabulary) and the assistant's probability of it; a draft head's (given before, see
     draft_logits) also its hidden state at the last position."""
     out = draft_logits(decoder, caches, span, window, positions, before)
     logits, predicted = out if before is not None else (out, None)
-    logits = rules(logits, tokens, current)
+    logits = rules(logits, tokens, current, end_floors)
     choice = choose_tokens(logits, temperature, seeds, current)
     confidence = torch.softmax(logits / (temperature or 1.0), dim=-1).gather(1, choice[:, None])[:, 0]
     token = choice if decoder.draft_vocab is None else decoder.draft_vocab[choice]
@@ -141,13 +140,13 @@ def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[
     with_hidden = state.hidden is not None
     if context.judges_silence and state.no_speech is None:  # a one-token prompt, which no prefill read
         chosen, logprobs, hidden = verify_step(decoder, caches, context.rules, context.temperature, window, positions, tokens,
-                                               context.seeds, with_hidden=True)
+                                               context.seeds, context.end_floors, with_hidden=True)
         read_no_speech(context, state, decoder.logits(hidden[:, 0]))
     else:
         step = functools.partial(verify_step, decoder, caches, context.rules, context.temperature, with_hidden=with_hidden)
         name = ("verify", context.rules.key, context.temperature, with_hidden)
         chosen, logprobs, *hidden = _replay(context, decoder, caches, name, step, window, positions, tokens, context.seeds,
-                                            direct=direct)
+                                            context.end_floors, direct=direct)
         hidden = hidden[0] if hidden else None
     if with_hidden:
         state.hidden.scatter_(1, positions[..., None].expand(-1, -1, state.hidden.shape[-1]), hidden)
@@ -155,7 +154,7 @@ def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[
 
 
 def verify_step(decoder, caches: DecoderCaches, rules: LogitRules, temperature: float, window: Tensor, positions: Tensor, tokens: Tensor,
-                seeds: Tensor, with_hidden: bool = False) -> tuple[Tensor, ...]:
+                seeds: Tensor, end_floors: Tensor, with_hidden: bool = False) -> tuple[Tensor, ...]:
     """The main decoder on the windows, its logits processed at every position, and at each the
     token it chooses (argmax, or its draw at the position's uniform number) with that token's
     log-probability, [batch, width] each; with_hidden: also its final hidden states [batch, width,
@@ -167,8 +166,9 @@ def verify_step(decoder, caches: DecoderCaches, rules: LogitRules, temperature: 
     targets = (positions + 1).view(-1)
     # expanded rather than repeat_interleave'd, which may read its output size back from the device
     row_tokens = tokens[:, None].expand(-1, width, -1).reshape(batch * width, -1)
-    logits = rules(raw.flatten(0, 1), row_tokens, targets)
-    chosen = choose_tokens(logits, temperature, seeds[:, None].expand(-1, width).reshape(-1), targets)
+    by_column = [x[:, None].expand(-1, width).reshape(-1) for x in (seeds, end_floors)]
+    logits = rules(raw.flatten(0, 1), row_tokens, targets, by_column[1])
+    chosen = choose_tokens(logits, temperature, by_column[0], targets)
     logprobs = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None])[:, 0]
     out = (chosen.view(batch, width), logprobs.view(batch, width))
     return out + ((hidden,) if with_hidden else ())

@@ -194,7 +194,8 @@ class _Job:
         langs = [self.languages.get(self.paths[w.file], options.language) for w in batch]
         encoded, stats = encode_batch(pair, mel, options, assistant_mel)
         out, _ = decode_encoded(pair, encoded, replace(options, timestamps=timestamps), languages=langs,
-                                seeds=[zlib.crc32(np.ascontiguousarray(w.audio)) for w in batch], stats=stats)
+                                seeds=[zlib.crc32(np.ascontiguousarray(w.audio)) for w in batch], stats=stats,
+                                end_floors=[_end_floor(self.files[w.file], w) for w in batch])
         if options.word_timestamps or (timestamps and any(_sparse(pair, w, r) for w, r in zip(batch, out))):
             timed = word_timings(pair.main, encoded.main, [r.tokens for r in out], [r.language for r in out], options.task,
                                  [len(w.audio) for w in batch])
@@ -308,6 +309,16 @@ def _pause_before(file: _File, window: _Window, resume: int) -> int:
     floor = offset + round(window.closed_end * SAMPLE_RATE)  # the kept text's end: no word twice
     middles = [(a + b) // 2 for a, b in _pauses(file) if a <= at and b >= at - reach and (a + b) // 2 >= floor]
     return min(resume, middles[-1] - offset) if middles and middles[-1] > offset else resume
+
+
+def _end_floor(file: _File, window: _Window) -> float:
+    """Seconds into a window its text runs to before it may end: TAIL_SECONDS / 2 before the end of the
+    last speech the detector found in it (0.0 where it did not run). Whisper often ends its text seconds
+    early in a window full of speech, and decoding the rest costs a window of its own (docs/decisions.md,
+    "Long audio: VAD chunks")."""
+    end = window.start + len(window.audio)
+    last = max((min(b, end) for a, b in file.voiced if a < end and b > window.start), default=window.start)
+    return max(0.0, (last - window.start) / SAMPLE_RATE - TAIL_SECONDS / 2)
 
 
 def _silent(audio: np.ndarray) -> bool:

@@ -16,7 +16,8 @@ class LogitRules:
     Mirrors transformers' Whisper generate: begin-suppress tokens at the first sampled position,
     suppress tokens always, and with timestamps the timestamp rules (pairs, monotonic, initial
     timestamp at most max_initial_timestamp_index, timestamps forced when their total probability
-    beats every text token).
+    beats every text token), and one of ours: a row's text does not end before its timestamps reach
+    the row's end floor (long audio: near where the window's speech ends, pipeline._end_floor).
     """
 
     def __init__(self, special: SpecialTokens, n_vocab: int, sample_begin: int, timestamps: bool, device,
@@ -36,16 +37,19 @@ class LogitRules:
             self.vocab, torch.tensor(special.begin_suppress, dtype=torch.long, device=device)
         )
 
-    def __call__(self, logits: Tensor, tokens: Tensor, lengths: Tensor) -> Tensor:
-        """logits: [N, vocab] for the token after the first lengths[n] tokens of tokens[n] ([N, ctx])."""
+    def __call__(self, logits: Tensor, tokens: Tensor, lengths: Tensor, end_floors: Tensor) -> Tensor:
+        """logits: [N, vocab] for the token after the first lengths[n] tokens of tokens[n] ([N, ctx]);
+        end_floors: [N], the timestamp token each row's last timestamp reaches before EOT may follow
+        (timestamp_begin: anywhere)."""
         logits = logits.masked_fill(self.suppress, NEG_INF)
         at_begin = (lengths == self.sample_begin)[:, None]
         logits = logits.masked_fill(at_begin & self.begin_suppress, NEG_INF)
         if self.timestamps:
-            logits = self._timestamp_rules(logits, tokens, lengths, at_begin)
+            logits = self._timestamp_rules(logits, tokens, lengths, at_begin, end_floors)
         return logits
 
-    def _timestamp_rules(self, logits: Tensor, tokens: Tensor, lengths: Tensor, at_begin: Tensor) -> Tensor:
+    def _timestamp_rules(self, logits: Tensor, tokens: Tensor, lengths: Tensor, at_begin: Tensor,
+                         end_floors: Tensor) -> Tensor:
         special, vocab = self.special, self.vocab
         ts_begin = special.timestamp_begin
         is_ts_vocab = vocab >= ts_begin
@@ -70,6 +74,10 @@ class LogitRules:
         lowest = torch.where(last_ts & ~penultimate_ts, last_ts_token, last_ts_token + 1)
         lowest = torch.where(last_ts_col >= 0, lowest, ts_begin)
         logits = logits.masked_fill(is_ts_vocab & (vocab < lowest[:, None]), NEG_INF)
+
+        # an EOT before the floor would leave speech undecoded; a timestamp at or past it is always open
+        short = torch.where(last_ts_col >= 0, last_ts_token, ts_begin) < end_floors
+        logits = logits.masked_fill(short[:, None] & (vocab == special.eot), NEG_INF)
 
         logits = logits.masked_fill(at_begin & ~is_ts_vocab, NEG_INF)
         if special.max_initial_timestamp_index is not None:

@@ -65,6 +65,7 @@ class Context:
     draft_rules: LogitRules  # on the assistant's draft vocabulary, where it has one
     temperature: float  # 0: greedy
     seeds: Tensor  # per row, what sampling's uniform numbers derive from (position_uniforms)
+    end_floors: Tensor  # per row, the timestamp token its text reaches before it may end (LogitRules)
     prompt_length: int
     n_ctx: int  # decoder cache positions
     max_length: int
@@ -193,7 +194,7 @@ def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple
         else:
             logits, predicted = context.caches.call(step, window, positions, hidden_before(state.hidden, positions))
             state.hidden[rows, current - 1] = predicted.to(state.hidden.dtype)
-        logits = context.draft_rules(logits, tokens, current)
+        logits = context.draft_rules(logits, tokens, current, context.end_floors)
         state.assistant_cached.copy_(current)
         choice = choose_tokens(logits, context.temperature, context.seeds, current)
         tokens[rows, current] = choice if draft_vocab is None else draft_vocab[choice]
@@ -226,7 +227,7 @@ def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: 
     logits = decoder.logits(features[:, needed - k - 1 : needed][scored])
     flat = scored.view(-1)
     logits = context.rules(logits, tokens.repeat_interleave(k + 1, dim=0)[flat],
-                           (length[:, None] + steps).view(-1)[flat])
+                           (length[:, None] + steps).view(-1)[flat], context.end_floors.repeat_interleave(k + 1)[flat])
     return logits, scored, features
 
 
