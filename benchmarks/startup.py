@@ -5,8 +5,11 @@ times on the README's clip (5.9 s of LibriSpeech) with the defaults, after one u
 that warms the model cache and the page cache, and reports each run and the median. Also
 times `import torch` alone in a fresh interpreter, the part of start-up that is not ours.
 --compare FLAGS times the same command with FLAGS added, alternating run by run with the default.
+--rate HZ: the clip written at that sample rate first (most recordings are 44.1 or 48 kHz), so that
+the command resamples it.
 
     python benchmarks/startup.py --runs 5 --compare=--no-int8 --output benchmarks/results/startup_cpu.json
+    python benchmarks/startup.py --runs 5 --rate 44100 --output benchmarks/results/startup_44k_epyc_cpu.json
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 import soundfile
+import soxr
 import torch
 from _common import SPEECH, parse_args, write_report
 
@@ -40,11 +44,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--compare", default="", help="command-line flags to time beside the default")
+    parser.add_argument("--rate", type=int, default=None, help="write the clip at this sample rate first")
     parser.add_argument("--output", type=Path)
     args = parse_args(parser, runs=1)
     clip = SPEECH / CLIP
     compare = args.compare.split()
     with tempfile.TemporaryDirectory() as out:
+        if args.rate:
+            audio, rate = soundfile.read(str(clip), dtype="float32")
+            clip = Path(out) / f"{clip.stem}_{args.rate}.wav"
+            soundfile.write(clip, soxr.resample(audio, rate, args.rate, quality="HQ"), args.rate)
         command = ["whisper-spec", "transcribe", str(clip), "--output-dir", out]
         timed(command)  # warm-up: model conversion cache, page cache
         runs, compared = [], []
@@ -57,7 +66,8 @@ def main() -> int:
     report = {
         "machine": machine_info(torch.device("cpu")),
         "command": " ".join(["whisper-spec", "transcribe", CLIP, "--output-dir", "DIR"]),
-        "clip_seconds": round(soundfile.info(str(clip)).duration, 3),
+        "clip_sample_rate": args.rate or soundfile.info(str(SPEECH / CLIP)).samplerate,
+        "clip_seconds": round(soundfile.info(str(SPEECH / CLIP)).duration, 3),
         "text": text,
         "runs": runs,
         "median_seconds": statistics.median(run["seconds"] for run in runs),
