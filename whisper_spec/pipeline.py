@@ -2,8 +2,8 @@
 
 A file longer than one window is cut one of two ways (ChunkingOptions.vad). With voice activity
 (the default for long audio), its speech is found once (vad.py) and grouped into chunks of at most
-one window, cut at pauses: nothing is decoded before, between or after them, and the chunks of a
-file decode together. Without, windows follow one another as in openai-whisper: each starts where
+one window, cut at pauses: nothing is decoded before, between or after them, the chunks of a file
+decode together, and a chunk's text is held open to the end of its speech. Without, windows follow one another as in openai-whisper: each starts where
 the text of the one before it stopped, so no speech falls between two windows. Windows of all files
 go through the decoder in batches. Windows judged silent (the no-speech rule) give no text; a
 window's sampling seed is a hash of its samples, so a window decoded again at a higher temperature
@@ -312,10 +312,13 @@ def _pause_before(file: _File, window: _Window, resume: int) -> int:
 
 
 def _end_floor(file: _File, window: _Window) -> float:
-    """Seconds into a window its text runs to before it may end: TAIL_SECONDS / 2 before the end of the
-    last speech the detector found in it (0.0 where it did not run). Whisper often ends its text seconds
-    early in a window full of speech, and decoding the rest costs a window of its own (docs/decisions.md,
+    """Seconds into a speech chunk its text runs to before it may end: TAIL_SECONDS / 2 before the end
+    of the last speech the detector found in it. Whisper often ends its text seconds early in a chunk
+    full of speech, and the rest would cost a window of its own. Windows one after another (--no-vad,
+    for audio the detector misjudges) go on where the text stops instead: 0.0 (docs/decisions.md,
     "Long audio: VAD chunks")."""
+    if not file.chunked:
+        return 0.0
     end = window.start + len(window.audio)
     last = max((min(b, end) for a, b in file.voiced if a < end and b > window.start), default=window.start)
     return max(0.0, (last - window.start) / SAMPLE_RATE - TAIL_SECONDS / 2)

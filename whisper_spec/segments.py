@@ -12,7 +12,8 @@ from .vad import clamp_to_speech, speech_within
 
 # Whisper often ends a window's text early, before speech that is still in the window: when its last
 # segment ends this many seconds or more before the window does, the rest is decoded as a window of
-# its own (pipeline._resume_at), until a window's text reaches its end or adds nothing.
+# its own (pipeline._resume_at), until a window's text reaches its end or adds nothing. A speech
+# chunk's text is held open instead to TAIL_SECONDS / 2 before its speech's end (pipeline._end_floor).
 TAIL_SECONDS = 1.0
 
 # Whisper sometimes skips a stretch of speech and writes what follows it from the stretch's start;
