@@ -92,7 +92,8 @@ def decode_encoded(
     seeds = list(seeds) if seeds is not None else [0] * batch
     floors = list(end_floors) if end_floors is not None else [0.0] * batch
     if not len(languages) == len(seeds) == len(floors) == batch:
-        raise ValueError(f"{len(languages)} languages, {len(seeds)} seeds and {len(floors)} end floors for {batch} windows")
+        raise ValueError(f"{len(languages)} languages, {len(seeds)} seeds and {len(floors)} end floors "
+                         f"for {batch} windows")
     first_temperature, *fallbacks = options.temperature
     attempts = [[r] for r in _decode_pass(pair, encoded, options, first_temperature, languages, seeds, floors, stats)]
     retry = [i for i, tried in enumerate(attempts) if needs_fallback(tried[-1], options)]
@@ -161,8 +162,8 @@ def _context(platform, main, assistant, options, temperature, seeds, floors, lan
     draft_rules = rules if draft_vocab is None else LogitRules(
         special, main.dims.n_vocab, prompt_length, options.timestamps, device, vocab=draft_vocab)
     seeds = row_seeds(options.seed, seeds, device)
-    end_floors = torch.tensor([min(special.timestamp_begin + round(max(seconds, 0.0) / TIME_PRECISION), main.dims.n_vocab - 1)
-                               for seconds in floors], device=device)
+    floor_tokens = [special.timestamp_begin + round(max(seconds, 0.0) / TIME_PRECISION) for seconds in floors]
+    end_floors = torch.tensor(floor_tokens, device=device).clamp(max=main.dims.n_vocab - 1)
     max_draft = 0 if assistant is None else (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens)
     drafts = assistant is not None and (options.speculation == "on" or (
         options.speculation == "auto" and auto_drafts(platform, caches.assistant.cross, len(languages))))

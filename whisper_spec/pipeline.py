@@ -3,13 +3,14 @@
 A file longer than one window is cut one of two ways (ChunkingOptions.vad). With voice activity
 (the default for long audio), its speech is found once (vad.py) and grouped into chunks of at most
 one window, cut at pauses: nothing is decoded before, between or after them, the chunks of a file
-decode together, and a chunk's text is held open to the end of its speech. Without, windows follow one another as in openai-whisper: each starts where
-the text of the one before it stopped, so no speech falls between two windows. Windows of all files
-go through the decoder in batches. Windows judged silent (the no-speech rule) give no text; a
-window's sampling seed is a hash of its samples, so a window decoded again at a higher temperature
-(decoding.decode_encoded) samples alike in any batch or file, and one whose text loops at every
-temperature keeps each of its segments once. Word timestamps are read from the main decoder right
-after each batch, and kept out of the pauses the voice activity detector found.
+decode together, and a chunk's text is held open to the end of its speech. Without, windows follow
+one another as in openai-whisper: each starts where the text of the one before it stopped, so no
+speech falls between two windows. Windows of all files go through the decoder in batches. Windows
+judged silent (the no-speech rule) give no text; a window's sampling seed is a hash of its samples,
+so a window decoded again at a higher temperature (decoding.decode_encoded) samples alike in any
+batch or file, and one whose text loops at every temperature keeps each of its segments once. Word
+timestamps are read from the main decoder right after each batch, and kept out of the pauses the
+voice activity detector found.
 """
 
 from __future__ import annotations
