@@ -47,11 +47,11 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=None, help="write the clip at this sample rate first")
     parser.add_argument("--output", type=Path)
     args = parse_args(parser, runs=1)
-    clip = SPEECH / CLIP
+    source = clip = SPEECH / CLIP
     compare = args.compare.split()
     with tempfile.TemporaryDirectory() as out:
         if args.rate:
-            audio, rate = soundfile.read(str(clip), dtype="float32")
+            audio, rate = soundfile.read(str(source), dtype="float32")
             clip = Path(out) / f"{clip.stem}_{args.rate}.wav"
             soundfile.write(clip, soxr.resample(audio, rate, args.rate, quality="HQ"), args.rate)
         command = ["whisper-spec", "transcribe", str(clip), "--output-dir", out]
@@ -62,12 +62,13 @@ def main() -> int:
             if compare:
                 compared.append(timed(command + compare))
         text = (Path(out) / f"{clip.stem}.txt").read_text().strip()
+    info = soundfile.info(str(source))
     torch_import = [timed([sys.executable, "-c", "import torch"]) for _ in range(args.runs)]
     report = {
         "machine": machine_info(torch.device("cpu")),
         "command": " ".join(["whisper-spec", "transcribe", CLIP, "--output-dir", "DIR"]),
-        "clip_sample_rate": args.rate or soundfile.info(str(SPEECH / CLIP)).samplerate,
-        "clip_seconds": round(soundfile.info(str(SPEECH / CLIP)).duration, 3),
+        "clip_sample_rate": args.rate or info.samplerate,
+        "clip_seconds": round(info.duration, 3),
         "text": text,
         "runs": runs,
         "median_seconds": statistics.median(run["seconds"] for run in runs),

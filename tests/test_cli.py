@@ -54,13 +54,13 @@ def test_8khz_stereo_mp3_and_ogg_are_resampled_and_downmixed(capsys, tmp_path):
         assert jiwer.wer(reference.lower(), result["text"].lower()) < 0.2, result["text"]
 
 
-
 @pytest.mark.parametrize("rate", [8000, 22050, 44100, 48000])
 def test_resampling_gives_librosas_samples_without_importing_it(rate):
     audio = np.random.default_rng(rate).standard_normal(rate * 2 + 7).astype(np.float32)
     ours = _resample(audio, rate)
     assert ours.dtype == np.float32
     np.testing.assert_array_equal(ours, librosa.resample(audio, orig_sr=rate, target_sr=SAMPLE_RATE))
+
 
 def test_incompatible_assistant_is_a_clear_error(capsys):
     code, out, err = run(capsys, QUILTER, "--model", "base", "--assistant", "tiny.en")

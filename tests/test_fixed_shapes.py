@@ -1,8 +1,7 @@
 """The fixed-shape rounds (fixed_shapes.fixed_shape_decode: GPUs, CPUs without row-invariant kernels)
 on this CPU: the tokens of the row-invariant rounds in both modes, at every batch size, greedy and
 sampling, whatever the rounds between host reads, each row's text held open to its end floor; and no
-host read inside a round. And the buffers
-CUDA graphs replay on: where a batch's caches lie."""
+host read inside a round. And the buffers CUDA graphs replay on: where a batch's caches lie."""
 
 from dataclasses import replace
 
@@ -63,7 +62,6 @@ def test_fixed_shape_rounds_give_the_row_invariant_tokens_in_both_modes(name, ba
                 assert stats.drafted > 0 and stats.accepted > 0
 
 
-
 @pytest.mark.parametrize("batch", [1, 4])
 def test_end_floors_hold_each_rows_text_open_alike_in_both_modes_and_both_rounds(batch):
     options, pair = OPTIONS["timestamps-adaptive"], random_pair()
@@ -81,6 +79,7 @@ def test_end_floors_hold_each_rows_text_open_alike_in_both_modes_and_both_rounds
         for mode in (main_alone(options), options):
             results, _ = decode_encoded(decoding, encoded, mode, end_floors=floors)
             assert [r.tokens for r in results] == [r.tokens for r in reference], mode.speculation
+
 
 def scalar_reads(pair: WhisperPair, mel: torch.Tensor, options: DecodingOptions) -> tuple[int, int]:
     """Host reads of device values while decoding (a scalar read back, a boolean mask's nonzero) and

@@ -63,8 +63,8 @@ def _round(batch=3, temperature=0.0, max_length=40, **options):
     states = torch.zeros(batch, main.dims.n_audio_ctx, main.dims.d_model)
     caches = BatchCaches([(model.decoder, model.decoder.cross_states(states)) for model in (main, pair.assistant)],
                          n_ctx, row_invariant=True)
-    context = _context(pair.platform, main, pair.assistant, options, temperature, [0] * batch, [0.0] * batch, languages, n_ctx,
-                       max_length, CPU, caches, False)
+    context = _context(pair.platform, main, pair.assistant, options, temperature, [0] * batch, [0.0] * batch, languages,
+                       n_ctx, max_length, CPU, caches, False)
     return context, initial_state(context, languages)
 
 

@@ -166,9 +166,9 @@ def verify_step(decoder, caches: DecoderCaches, rules: LogitRules, temperature: 
     targets = (positions + 1).view(-1)
     # expanded rather than repeat_interleave'd, which may read its output size back from the device
     row_tokens = tokens[:, None].expand(-1, width, -1).reshape(batch * width, -1)
-    by_column = [x[:, None].expand(-1, width).reshape(-1) for x in (seeds, end_floors)]
-    logits = rules(raw.flatten(0, 1), row_tokens, targets, by_column[1])
-    chosen = choose_tokens(logits, temperature, by_column[0], targets)
+    column_seeds, column_floors = (x[:, None].expand(-1, width).reshape(-1) for x in (seeds, end_floors))
+    logits = rules(raw.flatten(0, 1), row_tokens, targets, column_floors)
+    chosen = choose_tokens(logits, temperature, column_seeds, targets)
     logprobs = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None])[:, 0]
     out = (chosen.view(batch, width), logprobs.view(batch, width))
     return out + ((hidden,) if with_hidden else ())
