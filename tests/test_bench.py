@@ -76,6 +76,16 @@ def test_report_has_every_documented_field_and_passes_the_check(pair, utterances
     assert sum(f["decoding_seconds"] for f in per_language.values()) == pytest.approx(
         by_name["speculative b1"]["decoding_seconds"])  # one repeat: the language figures add up
     assert per_language["en"]["decoding_speedup"] > 0 and 0 < per_language["en"]["acceptance"] <= 1
+    # the round's cost model: its parts add up to the round, and give the speedup measured
+    assert by_name["main b1"]["round_costs"] is None
+    costs = by_name["speculative b1"]["round_costs"]
+    assert 0 < costs["draft_step_in_main_steps"] < 1 and costs["verify_in_main_steps"] > 0 and costs["rest_in_main_steps"] > 0
+    assert costs["verify_in_main_steps"] + costs["draft_steps_per_round"] * costs["draft_step_in_main_steps"] + \
+        costs["rest_in_main_steps"] == pytest.approx(costs["round_in_main_steps"], abs=0.01)
+    assert costs["decoding_speedup"] == pytest.approx(
+        by_name["main b1"]["decoding_seconds"] / by_name["speculative b1"]["decoding_seconds"], rel=0.01)
+    assert costs["tokens_per_round"] / costs["main_only_tokens_per_step"] / costs["round_in_main_steps"] == pytest.approx(
+        costs["decoding_speedup"], rel=0.01)
 
     section = BENCHMARKS_DOC.read_text().split("## The benchmark report")[1].split("\n## ")[0]
     documented = re.findall(r"^\| `([a-z_0-9]+)`", section, flags=re.M)
@@ -86,7 +96,8 @@ def test_report_has_every_documented_field_and_passes_the_check(pair, utterances
     paths = write_outputs(report, tmp_path)
     assert [p.name for p in paths] == ["report.json", "report.md", "time_by_config.png", "acceptance_by_position.png"]
     assert json.loads(paths[0].read_text())["configs"][0]["name"] == "main b1"
-    assert "| speculative b1 |" in paths[1].read_text()
+    table = paths[1].read_text()
+    assert "| speculative b1 |" in table and "draft steps / round" in table
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from whisper_spec.decoding import decode_encoded, decode_windows, encode_batch
 from whisper_spec.encoding import encode, encoder_states
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair, decoder_subset
-from whisper_spec.stats import DecodingStats
+from whisper_spec.stats import DecodingStats, host_timed
 
 CLIPS = [
     "librispeech/test-other/1688-142285-0000.flac",
@@ -158,6 +158,22 @@ def test_random_model_with_own_encoder_assistant_and_per_row_languages():
     mel = torch.randn(4, 80, 3000)
     main_only, _, _ = assert_identical(pair, mel, DecodingOptions(speculation="on", timestamps=True), languages=["en", "de", None, "nl"])
     assert [r.language for r in main_only][:2] == ["en", "de"] and main_only[3].language == "nl"
+
+
+@pytest.mark.parametrize("row_invariant", [True, False], ids=["row-invariant", "fixed-shapes"])
+def test_a_rounds_drafts_and_verification_are_timed_within_its_decoding(row_invariant):
+    main = random_model(0, eot_bias=0.25)
+    pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), torch.device("cpu"), torch.float32)
+    pair.platform = replace(pair.platform, row_invariant=row_invariant)
+    mel = torch.randn(2, 80, 3000)
+    results, stats = decode_windows(pair, mel, DecodingOptions(speculation="on", language="en", draft_confidence=0))
+    assert stats.drafted > 0 and 0 < stats.draft_seconds and 0 < stats.verify_seconds
+    assert stats.draft_seconds + stats.verify_seconds < stats.decoding_seconds
+    assert sum(r.stats.draft_seconds for r in results) == pytest.approx(stats.draft_seconds)
+    _, main_only = decode_windows(pair, mel, main_alone(DecodingOptions(speculation="on", language="en")))
+    assert main_only.draft_seconds < main_only.verify_seconds / 10  # main-only: a round is its verification
+    cuda = DecodingStats()
+    assert host_timed(cuda, torch.device("cuda")) is None and host_timed(cuda, torch.device("cpu")) is cuda
 
 
 def test_max_length_stops_rows_exactly():

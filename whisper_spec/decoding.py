@@ -207,10 +207,11 @@ def _results(state: State, context: Context, languages: list[str], stats: Decodi
             windows=1, drafted=drafted, accepted=accepted, generated=generated, main_forwards=forwards,
             row_forwards=forwards, assistant_forwards=drafts,
             encoder_seconds=stats.encoder_seconds / batch, decoding_seconds=stats.decoding_seconds / batch,
+            draft_seconds=stats.draft_seconds / batch, verify_seconds=stats.verify_seconds / batch,
             drafted_by_position=by_position[0], accepted_by_position=by_position[1],
         )
         results.append(WindowResult(row_tokens, language, hit_max, row_stats, silent, no_speech_prob, avg_logprob, ratio,
                                     context.temperature))
         stats.add(replace(row_stats, windows=0, main_forwards=0, assistant_forwards=0,
-                          encoder_seconds=0.0, decoding_seconds=0.0))
+                          encoder_seconds=0.0, decoding_seconds=0.0, draft_seconds=0.0, verify_seconds=0.0))
     return results

@@ -15,7 +15,7 @@ from .model import DecoderCaches
 from .rules import LogitRules
 from .sampling import choose_tokens
 from .speculative import Context, State, accept_greedy, advance, hidden_before, prefill, read_no_speech, token_window
-from .stats import DecodingStats
+from .stats import DecodingStats, host_timed, timed_part
 
 # the assistant's window at a round's first step: the main model's token and the last draft when the
 # assistant accepted all and never saw it
@@ -40,7 +40,8 @@ def fixed_shape_decode(context: Context, state: State, stats: DecodingStats) -> 
     k = int(state.draft_length.max()) if context.drafts else 0
     per_read = 1 if adaptive else context.rounds_per_read
     # the first round runs on its own: the assistant reads the prompt, the no-speech rule may read its logits
-    fixed_round(context, state, k, first=True)
+    timing = host_timed(stats, state.tokens.device)
+    fixed_round(context, state, k, first=True, timing=timing)
     stats.main_forwards, stats.assistant_forwards = stats.main_forwards + 1, stats.assistant_forwards + k
     whole_rounds = context.graphs and not adaptive  # adaptive rounds change k, a graph's shape
     round_graph = None
@@ -59,15 +60,18 @@ def fixed_shape_decode(context: Context, state: State, stats: DecodingStats) -> 
                 round_graph = capture_round(functools.partial(fixed_round, context, state, k, first=False, direct=True))
                 whole_rounds = round_graph is not None
             else:
-                fixed_round(context, state, k, first=False)
+                fixed_round(context, state, k, first=False, timing=timing)
             stats.main_forwards, stats.assistant_forwards = stats.main_forwards + 1, stats.assistant_forwards + k
 
 
-def fixed_round(context: Context, state: State, k: int, first: bool, direct: bool = False) -> None:
+def fixed_round(context: Context, state: State, k: int, first: bool, direct: bool = False,
+                timing: DecodingStats | None = None) -> None:
     """One fixed-shape round on the state, in place. direct: its steps run as they are, not
-    replayed from graphs of their own (inside a graph of the whole round)."""
-    round_drafts = fixed_draft(context, state, k, first, direct) if k else state.draft_length.clamp(max=0)
-    chosen, window_logprobs = fixed_verify(context, state, direct)
+    replayed from graphs of their own (inside a graph of the whole round); timing: the stats its
+    drafts' and verification's host seconds are added to (stats.host_timed)."""
+    round_drafts = (timed_part(timing, "draft", fixed_draft, context, state, k, first, direct) if k
+                    else state.draft_length.clamp(max=0))
+    chosen, window_logprobs = timed_part(timing, "verify", fixed_verify, context, state, direct)
     scored = fixed_scored(state, k, round_drafts, chosen.shape[1])
     n_accepted, next_token = fixed_accept(context, state, k, round_drafts, chosen, scored)
     logprobs = fixed_logprobs(k, window_logprobs, scored, n_accepted) if state.sums_logprobs else None

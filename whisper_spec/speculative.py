@@ -29,7 +29,7 @@ from .options import DecodingOptions
 from .pair import Whisper
 from .rules import LogitRules
 from .sampling import choose_tokens, position_uniforms, sample_tokens
-from .stats import DecodingStats
+from .stats import DecodingStats, host_timed, timed_part
 
 
 def token_window(tokens: Tensor, start: Tensor, width: int) -> tuple[Tensor, Tensor]:
@@ -133,12 +133,13 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
     main-model step, so both modes share every rule."""
     if state.hidden is not None:  # a draft head's first step reads the prompt's hidden states
         prefill(context, state, stats)
+    timing = host_timed(stats, state.tokens.device)
     while not bool(state.done.all()):
         active = ~state.done
         context.caches.keep(active)
         k = int(state.draft_length[active].max()) if context.drafts else 0
-        round_drafts, k = draft(context, state, k, stats)
-        logits, scored, features = verify(context, state, k, round_drafts, stats)
+        round_drafts, k = timed_part(timing, "draft", draft, context, state, k, stats)
+        logits, scored, features = timed_part(timing, "verify", verify, context, state, k, round_drafts, stats)
         if context.judges_silence and state.no_speech is None:  # the first round's window starts at SOT
             read_no_speech(context, state, context.main.decoder.logits(features[:, 0]))
         n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored)

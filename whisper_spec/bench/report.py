@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..pair import decoder_precision, encoder_precision
 from ..platform import counts_allocator_memory
-from ..stats import DecodingStats
+from ..stats import DecodingStats, round_costs
 from .metrics import machine_info, word_error_rate
 
 REPORT_VERSION = 1
@@ -49,6 +49,8 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
             "generated_tokens": stats.generated if stats else sum(len(t) + 1 for t in run.tokens),
             "tokens_per_second": None,
             "by_language": by_language[config.name],
+            "round_costs": (round_costs(stats, baseline.stats)
+                            if stats and config.speculative and baseline is not None and baseline.stats else None),
             "drafted_by_position": stats.drafted_by_position if stats else [],
             "accepted_by_position": stats.accepted_by_position if stats else [],
             "peak_memory_bytes": run.peak_memory_bytes,
@@ -150,6 +152,17 @@ def markdown_table(report: dict) -> str:
                 lines.append(f"| {r['name']} | {language} | {f['utterances']} | {fmt(f['wer'] and 100 * f['wer'], '{:.2f}')} | "
                              f"{fmt(f['acceptance'], '{:.3f}')} | {fmt(f['tokens_per_main_forward'], '{:.2f}')} | "
                              f"{fmt(f['decoding_speedup'], '{:.2f}x')} |")
+    costed = [r for r in speculative if r.get("round_costs")]
+    if costed:
+        lines += ["", "Why: a speculative round's parts in main-only steps, and the tokens a round keeps (all rows)",
+                  "", "| configuration | main step (ms) | verification | draft step | draft steps / round | rest "
+                  "| round | tokens / round | decoding speedup over main-only |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in costed:
+            c = r["round_costs"]
+            lines.append(f"| {r['name']} | {c['main_step_ms']:.2f} | {fmt(c['verify_in_main_steps'], '{:.2f}')} | "
+                         f"{fmt(c['draft_step_in_main_steps'], '{:.2f}')} | {c['draft_steps_per_round']:.2f} | "
+                         f"{fmt(c['rest_in_main_steps'], '{:.2f}')} | {fmt(c['round_in_main_steps'], '{:.2f}')} | "
+                         f"{c['tokens_per_round']:.2f} | {c['decoding_speedup']:.2f}x |")
     lines.append("")
     lines.append("check: " + ("passed (speculative output identical to main-only output)" if report["check"]["passed"]
                               else "FAILED: " + "; ".join(report["check"]["failures"])))
