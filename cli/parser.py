@@ -250,6 +250,9 @@ def _add_distill_parser(sub) -> None:
     train.add_argument("--head", action="store_true",
                        help="train a draft head: layers that read the main decoder's final hidden states beside each "
                             "token (EAGLE), started from the main decoder's last layers")
+    train.add_argument("--head-features", default=None, metavar="LAYERS",
+                       help="comma-separated main decoder layers whose outputs a draft head reads beside the final "
+                            "hidden states (EAGLE-3; default: the final hidden states alone)")
     train.add_argument("--hidden-weight", type=float, default=DistillOptions.hidden_weight,
                        help="a draft head's regression loss onto the main decoder's hidden states, against its token "
                             "losses (default: %(default)s)")

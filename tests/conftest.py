@@ -91,14 +91,15 @@ def perturbed_decoder(model: Whisper, noise: float, seed: int) -> Whisper:
     return Whisper(f"{model.name}+noise{noise}", model.path, model.dims, model.special, None, decoder.eval(), None)
 
 
-def random_head(model: Whisper, seed: int, noise: float = 0.0) -> Whisper:
+def random_head(model: Whisper, seed: int, noise: float = 0.0, feature_layers: tuple[int, ...] = ()) -> Whisper:
     """A one-layer draft head for model (model.DraftHead), its layer model's last one, fusing the
-    hidden state before a token with the token's embedding at random; it shares model's embedding,
-    output rows and last cross-attention projection. Untrained: it agrees with model by chance."""
+    hidden state before a token (with feature_layers: and those layers' outputs, reduced at random)
+    with the token's embedding at random; it shares model's embedding, output rows and last
+    cross-attention projection. Untrained: it agrees with model by chance."""
     torch.manual_seed(seed)
     last = model.dims.n_text_layer - 1
     dims = replace(model.dims, n_text_layer=1)
-    head = DraftHead(dims)
+    head = DraftHead(dims, feature_layers)
     with torch.no_grad():
         head.blocks[0].load_state_dict(model.decoder.blocks[last].state_dict())
         head.positional_embedding.copy_(model.decoder.positional_embedding)

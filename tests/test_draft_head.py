@@ -29,11 +29,12 @@ def test_a_head_reads_the_hidden_state_before_each_position():
     assert torch.equal(before[0, 1:], hidden[0, :2]) and torch.equal(before[1], hidden[1, 1:4])
 
 
-@pytest.mark.parametrize("name, batch", [("greedy", 1), ("greedy", 4), ("sampling", 4), ("timestamps-adaptive", 4),
-                                         ("confidence", 4), ("fallback", 3)])
-def test_an_untrained_head_is_exact_in_both_rounds(name, batch):
+@pytest.mark.parametrize("name, batch, feature_layers", [
+    ("greedy", 1, ()), ("greedy", 4, ()), ("sampling", 4, ()), ("timestamps-adaptive", 4, ()), ("confidence", 4, ()),
+    ("fallback", 3, ()), ("greedy", 4, (0,)), ("sampling", 1, (0,)), ("fallback", 3, (0,))])
+def test_an_untrained_head_is_exact_in_both_rounds(name, batch, feature_layers):
     options, main = ROUND_OPTIONS[name], random_model(0, eot_bias=0.25)
-    pair = WhisperPair(main, random_head(main, 1, noise=0.1), CPU, torch.float32)
+    pair = WhisperPair(main, random_head(main, 1, noise=0.1, feature_layers=feature_layers), CPU, torch.float32)
     torch.manual_seed(batch)
     mel = torch.randn(batch, 80, 3000)
     reference, _ = decode_windows(pair, mel, main_alone(options), seeds=list(range(batch)))
@@ -52,18 +53,22 @@ def clips(tmp_path_factory):
     return folder
 
 
-def test_a_distilled_head_learns_the_main_model_and_stays_exact(clips, tmp_path):
+@pytest.mark.parametrize("head_features", [(), (0,)], ids=["final-hidden", "and-layer-0"])
+def test_a_distilled_head_learns_the_main_model_and_stays_exact(clips, tmp_path, head_features):
     main = random_model(3, eot_bias=0.5)
     options = DistillOptions(layers=1, head=True, steps=30, batch_size=4, eval_every=30, checkpoint_every=30,
-                             held_out=0.34, draft_vocab=90, top_k=4, learning_rate=3e-3, warmup_steps=3)
+                             held_out=0.34, draft_vocab=90, top_k=4, learning_rate=3e-3, warmup_steps=3,
+                             head_features=head_features)
     summary = distill(WhisperPair(main, None, CPU, torch.float32), str(clips), tmp_path / "head", options,
                       cache=tmp_path / "cache")
     assert summary["held_out_acceptance"] > summary["held_out_acceptance_before"]
     config = json.loads((tmp_path / "head" / "assistant.json").read_text())
     assert config["kind"] == "head" and config["layers_from_main"] == [1]
+    assert config["feature_layers"] == list(head_features)
 
     head = load_distilled(tmp_path / "head", main, torch.float32, "cpu")
     assert isinstance(head.decoder, DraftHead) and head.is_draft_head
+    assert head.decoder.feature_layers == head_features and (head.decoder.reduce is not None) == bool(head_features)
     assert head.decoder.token_embedding is main.decoder.token_embedding
     pair = WhisperPair(main, head, CPU, torch.float32)
     mel = mel_of(sorted(clips.glob("*.flac")))

@@ -14,7 +14,18 @@ from .graphs import capture_round, step_graphs
 from .model import DecoderCaches
 from .rules import LogitRules
 from .sampling import choose_tokens
-from .speculative import Context, State, accept_greedy, advance, hidden_before, prefill, read_no_speech, token_window
+from .speculative import (
+    Context,
+    State,
+    accept_greedy,
+    advance,
+    head_input,
+    head_taps,
+    hidden_before,
+    prefill,
+    read_no_speech,
+    token_window,
+)
 from .stats import DecodingStats, host_timed, timed_part
 
 # the assistant's window at a round's first step: the main model's token and the last draft when the
@@ -141,31 +152,32 @@ def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[
     token (prefill, then advance), so that token starts the window. One replay."""
     tokens, decoder, caches, width = state.tokens, context.main.decoder, context.caches.main, context.fixed_width
     window, positions = token_window(tokens, (state.length - 1).clamp(min=0), width)
-    with_hidden = state.hidden is not None
+    taps = head_taps(context, state)
     if context.judges_silence and state.no_speech is None:  # a one-token prompt, which no prefill read
         chosen, logprobs, hidden = verify_step(decoder, caches, context.rules, context.temperature, window, positions, tokens,
-                                               context.seeds, context.end_floors, with_hidden=True)
-        read_no_speech(context, state, decoder.logits(hidden[:, 0]))
+                                               context.seeds, context.end_floors, taps=taps or ())
+        read_no_speech(context, state, decoder.logits(hidden[:, 0, -decoder.dims.d_model :].contiguous()))
     else:
-        step = functools.partial(verify_step, decoder, caches, context.rules, context.temperature, with_hidden=with_hidden)
-        name = ("verify", context.rules.key, context.temperature, with_hidden)
+        step = functools.partial(verify_step, decoder, caches, context.rules, context.temperature, taps=taps)
+        name = ("verify", context.rules.key, context.temperature, taps)
         chosen, logprobs, *hidden = _replay(context, decoder, caches, name, step, window, positions, tokens, context.seeds,
                                             context.end_floors, direct=direct)
         hidden = hidden[0] if hidden else None
-    if with_hidden:
-        state.hidden.scatter_(1, positions[..., None].expand(-1, -1, state.hidden.shape[-1]), hidden)
+    if state.hidden is not None:
+        state.hidden.scatter_(1, positions[..., None].expand(-1, -1, state.hidden.shape[-1]),
+                              head_input(context, state, hidden))
     return chosen, logprobs
 
 
 def verify_step(decoder, caches: DecoderCaches, rules: LogitRules, temperature: float, window: Tensor, positions: Tensor, tokens: Tensor,
-                seeds: Tensor, end_floors: Tensor, with_hidden: bool = False) -> tuple[Tensor, ...]:
+                seeds: Tensor, end_floors: Tensor, taps: tuple[int, ...] | None = None) -> tuple[Tensor, ...]:
     """The main decoder on the windows, its logits processed at every position, and at each the
     token it chooses (argmax, or its draw at the position's uniform number) with that token's
-    log-probability, [batch, width] each; with_hidden: also its final hidden states [batch, width,
-    d_model]."""
+    log-probability, [batch, width] each; taps (not None): also its features [batch, width, ...]
+    (Decoder.through_blocks: the final hidden states, after the outputs of the blocks tapped)."""
     batch, width = window.shape
-    hidden = decoder.features(window, positions, caches)
-    raw = decoder.logits(hidden)
+    hidden = decoder.features(window, positions, caches, taps=taps)
+    raw = decoder.logits(hidden[..., -decoder.dims.d_model :].contiguous())  # as main-only's, for the same logits
     # each position's logits are for the token after it
     targets = (positions + 1).view(-1)
     # expanded rather than repeat_interleave'd, which may read its output size back from the device
@@ -175,7 +187,7 @@ def verify_step(decoder, caches: DecoderCaches, rules: LogitRules, temperature: 
     chosen = choose_tokens(logits, temperature, column_seeds, targets)
     logprobs = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None])[:, 0]
     out = (chosen.view(batch, width), logprobs.view(batch, width))
-    return out + ((hidden,) if with_hidden else ())
+    return out + ((hidden,) if taps is not None else ())
 
 
 def fixed_scored(state: State, k: int, round_drafts: Tensor, width: int) -> Tensor:

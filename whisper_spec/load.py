@@ -265,7 +265,8 @@ def load_distilled(path: Path, main: Whisper, dtype, device, int8: bool = False)
         float_state = state
         state = cached_int8("decoder", [weights], lambda: quantize_decoder_state(float_state))
     with torch.device("meta"):
-        decoder = DraftHead(dims) if config.get("kind") == HEAD_KIND else Decoder(dims)
+        decoder = (DraftHead(dims, tuple(config.get("feature_layers", ()))) if config.get("kind") == HEAD_KIND
+                   else Decoder(dims))
     int8_modules(decoder, state)
     decoder.load_state_dict(_placed(state, dtype, device), strict=False, assign=True)
     decoder.requires_grad_(False)

@@ -381,8 +381,8 @@ class Decoder(nn.Module):
         return [block.cross_attn.cross_states(encoder_states, self.cache_dtype) for block in self.blocks]
 
     def features(self, tokens: Tensor, positions: Tensor, caches: DecoderCaches, span: int | None = None,
-                 cross_scores: list | None = None) -> Tensor:
-        """tokens, positions: [batch, T] -> final hidden states [batch, T, d_model].
+                 cross_scores: list | None = None, taps: tuple[int, ...] | None = None) -> Tensor:
+        """tokens, positions: [batch, T] -> final hidden states [batch, T, d_model] (taps: see through_blocks).
 
         With self-attention caches, each row attends to its own cache entries at positions <= its
         query position; without (training), to the tokens of this call. Attention spans the whole
@@ -393,21 +393,26 @@ class Decoder(nn.Module):
         cross_scores: a list that gets each block's cross-attention scores, [batch, head, T, frames].
         """
         x = cast(self.token_embedding(tokens), self.dtype)  # an assistant may share a main embedding of another dtype
-        return self.through_blocks(x, positions, caches, span, cross_scores)
+        return self.through_blocks(x, positions, caches, span, cross_scores, taps)
 
     def through_blocks(self, x: Tensor, positions: Tensor, caches: DecoderCaches, span: int | None = None,
-                       cross_scores: list | None = None) -> Tensor:
-        """Inputs [batch, T, d_model] (before the positional embedding) -> final hidden states."""
+                       cross_scores: list | None = None, taps: tuple[int, ...] | None = None) -> Tensor:
+        """Inputs [batch, T, d_model] (before the positional embedding) -> final hidden states; taps:
+        the outputs of these blocks, then the final hidden states, concatenated [batch, T, (len(taps)
+        + 1) * d_model] (what a DraftHead with feature_layers reads)."""
         self_caches = caches.self_attention
         kv_len = (span or self_caches[0].k.shape[2]) if self_caches is not None else x.shape[1]
         blocked = torch.arange(kv_len, device=x.device) > positions[:, None, :, None]
         # training, whole-sequence scoring and an assistant's drafts need no exactness across call shapes
         exact_queries = self.exact_queries if self_caches is not None and span is None else None
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
+        tapped = []
         for i, block in enumerate(self.blocks):
             cache = self_caches[i] if self_caches is not None else None
             x = block(x, positions, blocked, exact_queries, cache, caches.cross[i], cross_scores)
-        return self.ln(x)
+            if taps and i in taps:
+                tapped.append(x)
+        return torch.cat([*tapped, self.ln(x)], dim=-1) if tapped else self.ln(x)
 
     @property
     def draft_vocab(self) -> Tensor | None:
@@ -435,11 +440,21 @@ class DraftHead(Decoder):
     is its token's embedding fused with the main decoder's final hidden state at the position before,
     and which predicts that state at its own position. Drafting past the main model's last verified
     position, it reads its own predictions instead (speculative.draft). It shares the main model's
-    embedding, output rows and cross-attention key/value projections (pair.share_main_modules)."""
+    embedding, output rows and cross-attention key/value projections (pair.share_main_modules).
 
-    def __init__(self, dims: ModelDims):
+    With feature_layers (EAGLE-3), what it reads at a verified position is the outputs of those main
+    decoder blocks and the final hidden state, concatenated and reduced to d_model (head_input)."""
+
+    def __init__(self, dims: ModelDims, feature_layers: tuple[int, ...] = ()):
         super().__init__(dims)
         self.fuse = Linear(2 * dims.d_model, dims.d_model)
+        self.feature_layers = tuple(feature_layers)
+        self.reduce = Linear((len(self.feature_layers) + 1) * dims.d_model, dims.d_model) if self.feature_layers else None
+
+    def head_input(self, main_features: Tensor) -> Tensor:
+        """The main decoder's features (through_blocks with taps=feature_layers) -> what the head
+        reads beside a token at a verified position."""
+        return main_features if self.reduce is None else self.reduce(cast(main_features, self.dtype))
 
     def features(self, tokens: Tensor, positions: Tensor, caches: DecoderCaches, span: int | None = None,
                  cross_scores: list | None = None, before: Tensor | None = None) -> Tensor:

@@ -121,6 +121,7 @@ class DistillOptions:
     layers: int = 2  # assistant decoder layers
     head: bool = False  # a draft head (model.DraftHead) rather than a decoder of its own
     hidden_weight: float = 1.0  # a draft head's: its regression loss onto the main decoder's hidden states
+    head_features: tuple[int, ...] = ()  # main decoder layers whose outputs a head reads too (model.DraftHead)
     init_layers: tuple[int, ...] | None = None  # main layers to start from; default: spread, first and last kept
     draft_vocab: int = 16384  # tokens the assistant can draft (timestamps and EOT included)
     steps: int = 1000

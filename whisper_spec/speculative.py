@@ -98,9 +98,9 @@ class State:
     # (sums_logprobs), summed once at the end so that both modes add them in one order
     logprobs: Tensor
     no_speech: Tensor | None = None  # each row's probability of <|nospeech|> after SOT (judges_silence)
-    # [batch, n_ctx + 1, d_model], for a draft head: the main decoder's final hidden state at each
-    # position it has read (prefill and verification write them), at the newest position the head's
-    # prediction of it
+    # [batch, n_ctx + 1, d_model], for a draft head: what it reads of the main decoder at each position
+    # the main decoder has read (head_input; prefill and verification write them), at the newest
+    # position the head's prediction of the final hidden state
     hidden: Tensor | None = None
     sums_logprobs: bool = False  # a row may be judged silent: sum its tokens' log-probabilities
 
@@ -153,13 +153,26 @@ def prefill(context: Context, state: State, stats: DecodingStats) -> None:
     n_prefill = context.prompt_length - 1
     if n_prefill > 0:
         positions = torch.arange(n_prefill, device=state.tokens.device).expand(len(state.tokens), -1)
-        hidden = context.main.decoder.features(state.tokens[:, :n_prefill], positions, context.caches.main)
+        hidden = context.main.decoder.features(state.tokens[:, :n_prefill], positions, context.caches.main,
+                                               taps=head_taps(context, state))
         if state.hidden is not None:
-            state.hidden[:, :n_prefill] = hidden
+            state.hidden[:, :n_prefill] = head_input(context, state, hidden)
+            hidden = hidden[..., -context.main.dims.d_model :].contiguous()  # as main-only's, for the same logits
         if context.judges_silence and state.no_speech is None:
             read_no_speech(context, state, context.main.decoder.logits(hidden[:, 0]))
         state.main_cached[:] = n_prefill
         stats.main_forwards += 1
+
+
+def head_taps(context: Context, state: State) -> tuple[int, ...] | None:
+    """The main decoder blocks whose outputs a draft head reads beside the final hidden states
+    (Decoder.through_blocks' taps); None without a head."""
+    return context.assistant.decoder.feature_layers if state.hidden is not None else None
+
+
+def head_input(context: Context, state: State, main_features: Tensor) -> Tensor:
+    """What the draft head reads at verified positions, from the main decoder's features there."""
+    return context.assistant.decoder.head_input(main_features).to(state.hidden.dtype)
 
 
 def read_no_speech(context: Context, state: State, after_sot: Tensor) -> None:
@@ -222,9 +235,12 @@ def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: 
     window, positions = token_window(tokens, (length + k - needed).clamp(min=0), needed)
     scored = (steps <= round_drafts[:, None]) & active[:, None]
     stats.main_forwards += 1
-    features = context.caches.call(functools.partial(decoder.features, caches=context.caches.main), window, positions)
+    features = context.caches.call(functools.partial(decoder.features, caches=context.caches.main,
+                                                     taps=head_taps(context, state)), window, positions)
     if state.hidden is not None:
-        state.hidden[torch.arange(len(tokens), device=tokens.device)[:, None], positions] = features
+        state.hidden[torch.arange(len(tokens), device=tokens.device)[:, None], positions] = head_input(context, state,
+                                                                                                      features)
+        features = features[..., -decoder.dims.d_model :].contiguous()
     logits = decoder.logits(features[:, needed - k - 1 : needed][scored])
     flat = scored.view(-1)
     logits = context.rules(logits, tokens.repeat_interleave(k + 1, dim=0)[flat],

@@ -52,19 +52,25 @@ def choose_draft_vocab(main: Whisper, examples: list[Example], size: int) -> tor
     return torch.tensor(sorted(chosen), dtype=torch.long)
 
 
-def build_student(main: Whisper, init_layers: list[int], draft_vocab: torch.Tensor, head: bool = False) -> Decoder:
-    """An assistant decoder (head: a model.DraftHead) initialised from the main one. What it shares
-    with the main model (token embedding, output rows, cross-attention key/value projections) is
-    the main model's own frozen modules; the rest is a trainable float32 copy of the chosen layers,
-    and a head's fusion starts by passing the token's embedding, the hidden state's half small."""
+def build_student(main: Whisper, init_layers: list[int], draft_vocab: torch.Tensor, head: bool = False,
+                  head_features: tuple[int, ...] = ()) -> Decoder:
+    """An assistant decoder (head: a model.DraftHead reading head_features too) initialised from the
+    main one. What it shares with the main model (token embedding, output rows, cross-attention
+    key/value projections) is the main model's own frozen modules; the rest is a trainable float32
+    copy of the chosen layers. A head's fusion starts by passing the token's embedding, the hidden
+    state's half small; its reduction of the main layers' outputs, by passing the final hidden state."""
     dims = replace(main.dims, n_text_layer=len(init_layers))
-    student = DraftHead(dims) if head else Decoder(dims)
+    student = DraftHead(dims, head_features) if head else Decoder(dims)
     if head:
         with torch.no_grad():
             d = dims.d_model
             student.fuse.weight[:, :d].normal_(0, 0.02 / d**0.5)
             student.fuse.weight[:, d:].copy_(torch.eye(d))
             student.fuse.bias.zero_()
+            if student.reduce is not None:
+                student.reduce.weight.zero_()
+                student.reduce.weight[:, -d:].copy_(torch.eye(d))
+                student.reduce.bias.zero_()
     student.positional_embedding = torch.nn.Parameter(main.decoder.positional_embedding.detach().float().clone())
     student.ln.load_state_dict({k: v.float() for k, v in main.decoder.ln.state_dict().items()})
     for block, layer in zip(student.blocks, init_layers):
@@ -84,6 +90,7 @@ def save_assistant(student: Decoder, main: Whisper, output: Path, meta: dict) ->
         "main_dims": asdict(main.dims),
         "main_fingerprint": main.special.fingerprint(),
         "kind": HEAD_KIND if isinstance(student, DraftHead) else "decoder",
+        **({"feature_layers": list(student.feature_layers)} if isinstance(student, DraftHead) else {}),
         "layers_from_main": student.cross_source,
         "draft_vocab_size": len(student.proj_out.token_ids),
         "shared_with_main": list(SHARED_WITH_MAIN),
@@ -135,8 +142,9 @@ def model_card(config: dict) -> str:
                    " hidden states; the same losses again on a second pass that reads its own predicted hidden states,"
                    " as it does drafting past the verified tokens")
     export = "" if is_head else "; `whisper-spec export` writes a standard `WhisperForCausalLM`"
+    tapped = f", the outputs of its layers {config['feature_layers']}," if config.get("feature_layers") else ""
     kind = (f"{len(config['layers_from_main'])}-layer draft head (EAGLE: it reads the main decoder's final hidden"
-            " states and its token's embedding)" if is_head
+            f" states{tapped} and its token's embedding)" if is_head
             else f"{len(config['layers_from_main'])}-layer assistant decoder")
     return f"""# Distilled assistant for {config['main_model']}
 
@@ -153,7 +161,7 @@ with it is the main model's own, token for token.
 - Drafts for rows in {', '.join(config.get('draft_languages') or ['every language'])} (the languages it was trained
   and measured on; the main model's language detection decides a row's); other rows are decoded by
   the main model alone.
-- Stored: its own layers, positional embedding and final layer norm{" and its fusion layer" if is_head else ""}, float16.
+- Stored: its own layers, positional embedding and final layer norm{" and its fusion layers" if is_head else ""}, float16.
 
 ## Recipe
 

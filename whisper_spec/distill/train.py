@@ -65,8 +65,8 @@ def _collate(examples: list[Example], cross: list[tuple], to_draft: torch.Tensor
 
 def _forward(student: Decoder, tokens: torch.Tensor, cross_kv, hidden: torch.Tensor | None = None
              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Compact logits and final hidden states at every position; a draft head reads hidden (the
-    main decoder's, or its own predictions of them) at the position before each."""
+    """Compact logits and final hidden states at every position; a draft head reads hidden (its
+    head_input of the main decoder's features, or its own predictions) at the position before each."""
     positions = torch.arange(tokens.shape[1]).expand_as(tokens)
     caches = DecoderCaches(cross_kv)
     if hidden is None:
@@ -89,17 +89,17 @@ def distillation_loss(logits, labels, top_ids, top_logits, options: DistillOptio
 
 
 def hidden_loss(predicted: torch.Tensor, hidden: torch.Tensor, tokens: torch.Tensor, eot: int) -> torch.Tensor:
-    """A draft head's regression onto the main decoder's hidden states (EAGLE's smooth L1), over
-    the positions up to each sequence's end of text."""
+    """A draft head's regression onto the main decoder's final hidden states (EAGLE's smooth L1; the
+    last d_model of its features), over the positions up to each sequence's end of text."""
     ends = (tokens == eot).long().argmax(dim=1)
     mask = torch.arange(tokens.shape[1]) <= ends[:, None]
-    return F.smooth_l1_loss(predicted[mask], hidden[mask])
+    return F.smooth_l1_loss(predicted[mask], hidden[..., -predicted.shape[-1]:][mask])
 
 
 @torch.inference_mode()
-def teacher_hidden(main: Whisper, examples: list[Example], encoder: torch.Tensor) -> None:
-    """Each example's main-decoder hidden states at every position (teacher forcing on its tokens),
-    what a draft head reads and regresses onto; float16, set on the examples."""
+def teacher_hidden(main: Whisper, examples: list[Example], encoder: torch.Tensor, taps: tuple[int, ...] = ()) -> None:
+    """Each example's main-decoder features at every position (teacher forcing on its tokens; taps:
+    Decoder.through_blocks'), what a draft head reads and regresses onto; float16, set on the examples."""
     by_window: dict[int, list[Example]] = {}
     for example in examples:
         by_window.setdefault(example.window, []).append(example)
@@ -108,7 +108,7 @@ def teacher_hidden(main: Whisper, examples: list[Example], encoder: torch.Tensor
         caches = DecoderCaches(main.decoder.cross_states(encoder[window : window + 1].float().expand(len(group), -1, -1)))
         width = max(len(e.tokens) for e in group)
         tokens = torch.stack([F.pad(e.tokens, (0, width - len(e.tokens)), value=main.special.eot) for e in group])
-        hidden = main.decoder.features(tokens, torch.arange(width).expand_as(tokens), caches).half()
+        hidden = main.decoder.features(tokens, torch.arange(width).expand_as(tokens), caches, taps=taps).half()
         for row, e in enumerate(group):
             e.hidden = hidden[row, : len(e.tokens)].clone()
 
@@ -124,7 +124,7 @@ def agreement_counts(student: Decoder, examples: list[Example], cross, to_draft,
         target = torch.full_like(labels, -1)
         for row, e in enumerate(examples[first : first + batch_size]):
             target[row, e.start : len(e.tokens) - 1] = e.tokens[e.start + 1 :]
-        logits, _ = _forward(student, tokens, cross_kv, hidden)
+        logits, _ = _forward(student, tokens, cross_kv, None if hidden is None else student.head_input(hidden))
         predicted = student.proj_out.token_ids[logits.argmax(dim=-1)]
         hits = ((predicted == target) & (target >= 0)).sum(dim=1)
         counts += list(zip(hits.tolist(), (target >= 0).sum(dim=1).tolist()))
@@ -202,9 +202,9 @@ def distill(
     draft_vocab = choose_draft_vocab(main, train, options.draft_vocab)
     to_draft = torch.full((main.dims.n_vocab,), -1, dtype=torch.long)
     to_draft[draft_vocab] = torch.arange(len(draft_vocab))
-    student = build_student(main, init_layers, draft_vocab, options.head)
+    student = build_student(main, init_layers, draft_vocab, options.head, options.head_features)
     if options.head:
-        teacher_hidden(main, examples, encoder)
+        teacher_hidden(main, examples, encoder, options.head_features)
     data = _Data(train, groups, _cross_kv(main, init_layers, encoder), to_draft, main.special.eot, options.balance)
     del encoder  # the cross-attention states are what training reads
     train_started = time.perf_counter()
@@ -314,7 +314,7 @@ def _accumulate(student: Decoder, batch: list[Example], data: _Data, options: Di
     for first in range(0, len(batch), GROUP_SIZE):
         group = batch[first : first + GROUP_SIZE]
         tokens, labels, top_ids, top_logits, cross_kv, hidden = _collate(group, data.cross, data.to_draft, data.eot)
-        logits, guess = _forward(student, tokens, cross_kv, hidden)
+        logits, guess = _forward(student, tokens, cross_kv, None if hidden is None else student.head_input(hidden))
         loss = distillation_loss(logits, labels, top_ids, top_logits, options)
         if hidden is not None:
             # and as it drafts past the verified tokens: reading its own predictions (EAGLE-3's
