@@ -233,10 +233,10 @@ def test_fixed_shape_decoding_gives_the_row_invariant_tokens(base_with_layer_sub
     widths = []
     features = type(pair.main.decoder).features
 
-    def recording(decoder, tokens, positions, caches, span=None, cross_scores=None):
+    def recording(decoder, tokens, positions, caches, span=None, cross_scores=None, taps=None):
         if decoder is pair.main.decoder:
             widths.append(tokens.shape)
-        return features(decoder, tokens, positions, caches, span, cross_scores)
+        return features(decoder, tokens, positions, caches, span, cross_scores, taps)
 
     monkeypatch.setattr(type(pair.main.decoder), "features", recording)
     for batch in (1, 4):
