@@ -156,7 +156,7 @@ def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[
     if context.judges_silence and state.no_speech is None:  # a one-token prompt, which no prefill read
         chosen, logprobs, hidden = verify_step(decoder, caches, context.rules, context.temperature, window, positions, tokens,
                                                context.seeds, context.end_floors, taps=taps or ())
-        read_no_speech(context, state, decoder.logits(hidden[:, 0, -decoder.dims.d_model :].contiguous()))
+        read_no_speech(context, state, decoder.logits(decoder.final_hidden(hidden[:, 0])))
     else:
         step = functools.partial(verify_step, decoder, caches, context.rules, context.temperature, taps=taps)
         name = ("verify", context.rules.key, context.temperature, taps)
@@ -177,7 +177,7 @@ def verify_step(decoder, caches: DecoderCaches, rules: LogitRules, temperature: 
     (Decoder.through_blocks: the final hidden states, after the outputs of the blocks tapped)."""
     batch, width = window.shape
     hidden = decoder.features(window, positions, caches, taps=taps)
-    raw = decoder.logits(hidden[..., -decoder.dims.d_model :].contiguous())  # as main-only's, for the same logits
+    raw = decoder.logits(decoder.final_hidden(hidden))
     # each position's logits are for the token after it
     targets = (positions + 1).view(-1)
     # expanded rather than repeat_interleave'd, which may read its output size back from the device

@@ -414,6 +414,11 @@ class Decoder(nn.Module):
                 tapped.append(x)
         return torch.cat([*tapped, self.ln(x)], dim=-1) if tapped else self.ln(x)
 
+    def final_hidden(self, features: Tensor) -> Tensor:
+        """The final hidden states of features (through_blocks' output, with or without taps)."""
+        # contiguous, as main-only's are: the logits must not depend on whether a head tapped layers
+        return features[..., -self.dims.d_model :].contiguous()
+
     @property
     def draft_vocab(self) -> Tensor | None:
         """The token ids of compact logits (a draft vocabulary), None where logits are full."""

@@ -157,7 +157,7 @@ def prefill(context: Context, state: State, stats: DecodingStats) -> None:
                                                taps=head_taps(context, state))
         if state.hidden is not None:
             state.hidden[:, :n_prefill] = head_input(context, state, hidden)
-            hidden = hidden[..., -context.main.dims.d_model :].contiguous()  # as main-only's, for the same logits
+            hidden = context.main.decoder.final_hidden(hidden)
         if context.judges_silence and state.no_speech is None:
             read_no_speech(context, state, context.main.decoder.logits(hidden[:, 0]))
         state.main_cached[:] = n_prefill
@@ -240,7 +240,7 @@ def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: 
     if state.hidden is not None:
         state.hidden[torch.arange(len(tokens), device=tokens.device)[:, None], positions] = head_input(context, state,
                                                                                                       features)
-        features = features[..., -decoder.dims.d_model :].contiguous()
+        features = decoder.final_hidden(features)
     logits = decoder.logits(features[:, needed - k - 1 : needed][scored])
     flat = scored.view(-1)
     logits = context.rules(logits, tokens.repeat_interleave(k + 1, dim=0)[flat],
