@@ -113,14 +113,18 @@ def test_a_fixed_shape_round_reads_nothing_back_but_whether_every_row_is_done(ro
 def test_whole_rounds_replayed_as_graphs_would_give_the_same_tokens(monkeypatch):
     """The control flow of CUDA graphs of whole rounds, on CPU: a stand-in capture runs the round as
     the warm-up does and hands back a replay that runs the captured function again (what a graph
-    replay computes), the per-step graphs are stand-ins as well. Tokens and counts must be those of
-    step-by-step rounds, and from the second round on every round must be a replay."""
+    replay computes, on the context and state it was captured with), the per-step graphs are
+    stand-ins as well. Tokens and counts must be those of step-by-step rounds, and from the second
+    round on every round must be a replay; a later batch of the same configuration (other audio,
+    other seeds) replays the graph the first captured, with its own values, and one of another
+    shape captures its own."""
     import whisper_spec.fixed_shapes as fixed_rounds
 
-    replays = []
+    replays, captures = [], []
 
     class Replayed:
         def __init__(self, run_round):
+            captures.append(1)
             run_round()  # capture_round's warm-up is a real round
             self.run_round = run_round
 
@@ -132,20 +136,25 @@ def test_whole_rounds_replayed_as_graphs_would_give_the_same_tokens(monkeypatch)
     monkeypatch.setattr(fixed_rounds, "step_graphs", lambda decoder: lambda caches, name, step, *inputs: step(*inputs))
     pair = random_pair()
     torch.manual_seed(0)
-    mel = torch.randn(3, 80, 3000)
+    batches = [(torch.randn(3, 80, 3000), [0, 1, 2]), (torch.randn(3, 80, 3000), [3, 4, 5]),
+               (torch.randn(2, 80, 3000), [6, 7])]
     for options in (OPTIONS["greedy"], OPTIONS["sampling"], OPTIONS["confidence"]):
         stepwise = fixed_shapes(pair, 2)
         graphed = fixed_shapes(pair, 2)
         graphed.platform = replace(graphed.platform, cuda_graphs=True)
         for mode in (main_alone(options), options):
-            expected, expected_stats = decode_windows(stepwise, mel, mode, seeds=[0, 1, 2])
-            replays.clear()
-            results, stats = decode_windows(graphed, mel, mode, seeds=[0, 1, 2])
-            assert [r.tokens for r in results] == [r.tokens for r in expected]
-            assert (stats.main_forwards, stats.assistant_forwards, stats.accepted) == (
-                expected_stats.main_forwards, expected_stats.assistant_forwards, expected_stats.accepted)
-            # prefill, the first round and the captured one run as they are
-            assert replays and len(replays) == stats.main_forwards - 3
+            for batch, (mel, seeds) in enumerate(batches):
+                expected, expected_stats = decode_windows(stepwise, mel, mode, seeds=seeds)
+                replays.clear()
+                captured_before = len(captures)
+                results, stats = decode_windows(graphed, mel, mode, seeds=seeds)
+                assert [r.tokens for r in results] == [r.tokens for r in expected]
+                assert (stats.main_forwards, stats.assistant_forwards, stats.accepted) == (
+                    expected_stats.main_forwards, expected_stats.assistant_forwards, expected_stats.accepted)
+                captured = len(captures) - captured_before
+                assert captured == (batch != 1), "a batch of a configuration seen before captured its rounds again"
+                # prefill and the first round run as they are, then a capture's warm-up or replays
+                assert replays and len(replays) == stats.main_forwards - 2 - captured
 
 
 @torch.inference_mode()
@@ -153,7 +162,8 @@ def test_stable_caches_keep_their_buffers_across_batches_of_one_shape():
     """A captured CUDA graph reads and writes the memory it was captured with: with stable buffers
     (CUDA graphs on), the next batch of the same shape finds its caches and cross-attention states
     where the last one's were, holding its own states; a batch of another shape gets buffers of its
-    own, and without stable buffers a batch reads its own states in place."""
+    own, a batch of the first shape after it finds the first's again, and without stable buffers a
+    batch reads its own states in place."""
     decoder = random_model(0).decoder
     dims = decoder.dims
 
@@ -167,4 +177,6 @@ def test_stable_caches_keep_their_buffers_across_batches_of_one_shape():
     assert buffer_layout(caches) == layout
     assert all(torch.equal(kept, new) for kept_kv, new_kv in zip(caches.cross, second) for kept, new in zip(kept_kv, new_kv))
     assert buffer_layout(BatchCaches([(decoder, cross(3, 2))], 16, row_invariant=False, stable=True).main) != layout
+    # back to the first shape (the bench interleaves batch sizes): its buffers again
+    assert buffer_layout(BatchCaches([(decoder, cross(2, 3))], 16, row_invariant=False, stable=True).main) == layout
     assert BatchCaches([(decoder, second)], 16, row_invariant=False).main.cross is second

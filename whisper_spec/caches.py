@@ -4,45 +4,54 @@ states of the batch (encoding.Encoded) and self-attention caches, and which rows
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 
 import torch
 from torch import Tensor
 
 from .model import CrossStates, Decoder, DecoderCaches, KVCache
 
-# per decoder, its last batch's self-attention caches and (stable) cross-attention states
-_KEPT_CACHES: "weakref.WeakKeyDictionary[Decoder, list[KVCache]]" = weakref.WeakKeyDictionary()
-_KEPT_CROSS: "weakref.WeakKeyDictionary[Decoder, CrossStates]" = weakref.WeakKeyDictionary()
+# per decoder and batch shape, the self-attention caches and (stable) cross-attention states of its
+# last batch of that shape, most recently used last: a job alternating batch sizes (the bench
+# interleaves batch 1 and 4) finds each shape's buffers, and CUDA graphs captured on them, again
+KEPT_SHAPES = 4
+_KEPT_CACHES: "weakref.WeakKeyDictionary[Decoder, OrderedDict[tuple, list[KVCache]]]" = weakref.WeakKeyDictionary()
+_KEPT_CROSS: "weakref.WeakKeyDictionary[Decoder, OrderedDict[tuple, CrossStates]]" = weakref.WeakKeyDictionary()
+
+
+def _kept(store: weakref.WeakKeyDictionary, decoder: Decoder, shape: tuple, make):
+    """The decoder's buffers of this shape from store, made (and the oldest shape dropped) where missing."""
+    shapes = store.setdefault(decoder, OrderedDict())
+    if shape not in shapes:
+        if len(shapes) == KEPT_SHAPES:
+            shapes.popitem(last=False)
+        shapes[shape] = make()
+    shapes.move_to_end(shape)
+    return shapes[shape]
 
 
 def self_attention_caches(decoder: Decoder, batch: int, n_ctx: int) -> list[KVCache]:
-    """Self-attention caches of this shape: the decoder's last ones where they have it (zeroing
-    new ones costs a little each batch; CUDA graphs captured on them read them where they are).
-    Stale entries are harmless: attention masks every position past a row's own."""
-    kept = _KEPT_CACHES.get(decoder)
-    if kept is None or kept[0].k.shape[0] != batch or kept[0].k.shape[2] != n_ctx:
-        kept = _KEPT_CACHES[decoder] = decoder.new_caches(batch, n_ctx)
-    return kept
+    """Self-attention caches of this shape: the decoder's last ones of that shape where it has them
+    (zeroing new ones costs a little each batch; CUDA graphs captured on them read them where they
+    are). Stale entries are harmless: attention masks every position past a row's own."""
+    return _kept(_KEPT_CACHES, decoder, (batch, n_ctx), lambda: decoder.new_caches(batch, n_ctx))
 
 
 def kept_cache_length(decoder: Decoder) -> int | None:
-    """The positions of the decoder's last self-attention caches (None: it has none)."""
-    kept = _KEPT_CACHES.get(decoder)
-    return kept[0].k.shape[2] if kept is not None else None
+    """The positions of the decoder's most recently used self-attention caches (None: it has none)."""
+    shapes = _KEPT_CACHES.get(decoder)
+    return next(reversed(shapes))[1] if shapes else None
 
 
 def stable_cross(decoder: Decoder, cross: CrossStates) -> CrossStates:
-    """These cross-attention states, copied into the decoder's last batch's where every shape
-    matches: CUDA graphs captured on them read them there."""
-    kept = _KEPT_CROSS.get(decoder)
-    pairs = [(old, new) for old_kv, new_kv in zip(kept or [], cross) for old, new in zip(old_kv, new_kv)]
-    if kept is None or len(kept) != len(cross) or any(
-            old.shape != new.shape or old.dtype != new.dtype or old.device != new.device for old, new in pairs):
-        _KEPT_CROSS[decoder] = cross
-        return cross
-    for old, new in pairs:
-        if old.data_ptr() != new.data_ptr():
-            old.copy_(new)
+    """These cross-attention states, copied into the decoder's last batch's of the same shapes:
+    CUDA graphs captured on them read them there."""
+    shape = tuple((t.shape, t.dtype, t.device) for kv in cross for t in kv)
+    kept = _kept(_KEPT_CROSS, decoder, shape, lambda: cross)
+    for old_kv, new_kv in zip(kept, cross):
+        for old, new in zip(old_kv, new_kv):
+            if old.data_ptr() != new.data_ptr():
+                old.copy_(new)
     return kept
 
 

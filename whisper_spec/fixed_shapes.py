@@ -6,12 +6,16 @@ nothing back to the host, so that CUDA graphs can capture its steps, or the whol
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
 
-from .graphs import capture_round, step_graphs
+from .caches import BatchCaches
+from .graphs import RoundGraph, buffer_layout, capture_round, step_graphs
 from .model import DecoderCaches
+from .pair import Whisper
 from .rules import LogitRules
 from .sampling import choose_tokens
 from .speculative import (
@@ -54,25 +58,92 @@ def fixed_shape_decode(context: Context, state: State, stats: DecodingStats) -> 
     timing = host_timed(stats, state.tokens.device)
     fixed_round(context, state, k, first=True, timing=timing)
     stats.main_forwards, stats.assistant_forwards = stats.main_forwards + 1, stats.assistant_forwards + k
-    whole_rounds = context.graphs and not adaptive  # adaptive rounds change k, a graph's shape
-    round_graph = None
+    whole = context.graphs and not adaptive  # adaptive rounds change k, a graph's shape
+    rounds = None
+    decoding = state  # the state the rounds run on: a kept graph's once it replays them
     while True:
         if adaptive:
-            all_done, k = torch.stack([state.done.all().long(),
-                                       torch.where(state.done, 0, state.draft_length).max()]).tolist()
+            all_done, k = torch.stack([decoding.done.all().long(),
+                                       torch.where(decoding.done, 0, decoding.draft_length).max()]).tolist()
         else:
-            all_done = bool(state.done.all())
+            all_done = bool(decoding.done.all())
         if all_done:
-            return
+            break
         for _ in range(per_read):
-            if round_graph is not None:
-                round_graph.replay()
-            elif whole_rounds:  # runs the round once, then captures it
-                round_graph = capture_round(functools.partial(fixed_round, context, state, k, first=False, direct=True))
-                whole_rounds = round_graph is not None
+            if rounds is not None:
+                rounds.graph.replay()
+            elif whole:  # this round, then a graph of the rounds after
+                rounds = whole_rounds(context, state, k)
+                whole, decoding = rounds is not None, rounds.state if rounds is not None else state
             else:
                 fixed_round(context, state, k, first=False, timing=timing)
             stats.main_forwards, stats.assistant_forwards = stats.main_forwards + 1, stats.assistant_forwards + k
+    _copy_state(state, decoding)
+
+
+@dataclass
+class WholeRounds:
+    """Rounds of one configuration as one CUDA graph, with the context and state it was captured on
+    and reads and writes: a later batch of that configuration copies its values into them."""
+
+    context: Context
+    state: State
+    graph: RoundGraph
+
+
+# by round_key, most recently used last: capturing costs a warm-up round and the capture, more than
+# the few rounds of a short window save, so a job's batches of one configuration share a graph
+KEPT_WHOLE_ROUNDS = 8
+_WHOLE_ROUNDS: OrderedDict[tuple, WholeRounds] = OrderedDict()
+
+
+def whole_rounds(context: Context, state: State, k: int) -> WholeRounds | None:
+    """This round, and the graph that replays the rounds after it: a kept one where this batch's
+    configuration has one (the batch's values copied into its context and state, then a replay),
+    else one captured on this batch (this round is its warm-up). None where the capture fails."""
+    key = round_key(context, state, k)
+    rounds = _WHOLE_ROUNDS.get(key)
+    if rounds is None:
+        graph = capture_round(functools.partial(fixed_round, context, state, k, first=False, direct=True))
+        if graph is None:
+            return None
+        if len(_WHOLE_ROUNDS) == KEPT_WHOLE_ROUNDS:
+            _WHOLE_ROUNDS.popitem(last=False)
+        rounds = _WHOLE_ROUNDS[key] = WholeRounds(context, state, graph)
+        return rounds
+    _WHOLE_ROUNDS.move_to_end(key)
+    for kept, new in ((rounds.context, context), (rounds.state, state)):
+        for field in fields(new):
+            if isinstance(getattr(new, field.name), Tensor):
+                getattr(kept, field.name).copy_(getattr(new, field.name))
+    rounds.graph.replay()
+    return rounds
+
+
+def round_key(context: Context, state: State, k: int) -> tuple:
+    """What a captured round bakes in beside its tensors' values: every other value of the context
+    and state (models by identity, logit rules by their key), their tensors' shapes, and where the
+    decoders' caches lie (caches.BatchCaches keeps them in place per batch shape)."""
+    def baked(value):
+        if isinstance(value, Tensor):
+            return value.shape, value.dtype, value.device
+        if isinstance(value, LogitRules):
+            return value.key
+        if isinstance(value, BatchCaches):
+            return tuple(buffer_layout(c) for c in (value.main, value.assistant) if c is not None)
+        if isinstance(value, (Whisper, torch.nn.Module)):
+            return id(value)
+        return value
+    return (k, *(baked(getattr(context, f.name)) for f in fields(context)),
+            *(baked(getattr(state, f.name)) for f in fields(state)))
+
+
+def _copy_state(state: State, decoded: State) -> None:
+    """The decoded state's tensors into state, as copies (a kept graph's state is the next batch's)."""
+    if decoded is not state:
+        for field in fields(state):
+            if isinstance(getattr(decoded, field.name), Tensor):
+                setattr(state, field.name, getattr(decoded, field.name).clone())
 
 
 def fixed_round(context: Context, state: State, k: int, first: bool, direct: bool = False,
