@@ -3,8 +3,8 @@ LibriSpeech clips at batch 1 under torch.profiler, as the GPU issue's starting p
 
 Reports, per mode: wall seconds, generated tokens, wall microseconds a token, GPU busy microseconds
 a token (kernels and copies on the device's timeline), host syncs (stream/event/device synchronize
-and device-to-host copies), kernel launches and graph replays a token, and the host operations that
-take the most time. Runs on CPU too (no device timeline there) to check the script.
+and device-to-host copies), kernel launches and graph replays a token, kernels run on the device a
+token (a graph's among them), the host operations and the device's kernels that take the most time. Runs on CPU too (no device timeline there) to check the script.
 Usage: python benchmarks/experiments/gpu_step_profile.py --device cuda --output OUT.json [--clips 8]
 """
 
@@ -57,12 +57,18 @@ def profile_mode(pair, mels, options) -> dict:
     copies_to_host = sum(e.count for e in events if e.key == "aten::_local_scalar_dense")
     launches = sum(count.get(name, 0) for name in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"))
     host = sorted((e for e in events if e.device_type.name == "CPU"), key=lambda e: -e.self_cpu_time_total)[:15]
+    # the device's own entries: kernels (those a graph replays among them) and copies
+    kernels = [e for e in events if e.device_type.name == "CUDA"]
+    on_device = sorted(kernels, key=lambda e: -e.self_device_time_total)[:15]
     return {
         "wall_seconds": wall, "generated_tokens": tokens, "wall_us_a_token": 1e6 * wall / tokens,
         "device_busy_us_a_token": device_us / tokens if device_us else None,
         "host_syncs_a_token": syncs / tokens, "scalar_reads_a_token": copies_to_host / tokens,
         "kernel_launches_a_token": launches / tokens, "graph_replays_a_token": count.get("cudaGraphLaunch", 0) / tokens,
+        "device_kernels_a_token": sum(e.count for e in kernels) / tokens,
         "top_host_ops": [{"op": e.key, "count": e.count, "self_us": e.self_cpu_time_total} for e in host],
+        "top_device_kernels": [{"kernel": e.key[:120], "count": e.count, "device_us": e.self_device_time_total}
+                               for e in on_device],
     }
 
 
