@@ -7,6 +7,8 @@
 #                   batch 1 and 4, with the transformers and faster-whisper peers where installed
 #   wide_batches/   the same clips in float16 at batch 8 and 16, main-only against speculative
 #   memory.json     GPU memory of the loaded pair and peak while decoding, float16 against int8
+#   step_profile.json  where a token's time goes at batch 1 under torch.profiler: host work, syncs,
+#                   kernels a token and the device's costliest kernels (benchmarks/experiments/gpu_step_profile.py)
 #   summary.md      one table of all of it, with the targets (also printed)
 # Usage:
 #   benchmarks/gpu.sh [OUT]        default OUT: benchmarks/results/gpu_<GPU name>
@@ -38,5 +40,8 @@ whisper-spec bench "$speech/manifest.jsonl" --set librispeech --device $device -
   --peers none "${wide[@]}" \
   --output-dir "$out/wide_batches" 2>&1 | tee -a "$out/bench.log" || status=1
 python benchmarks/gpu_memory.py --device $device "${memory[@]}" --output "$out/memory.json" > /dev/null || status=1
+if [ $dry = 0 ]; then
+  python benchmarks/experiments/gpu_step_profile.py --device cuda --output "$out/step_profile.json" > /dev/null || status=1
+fi
 python benchmarks/gpu_summary.py "$out" | tee "$out/summary.md" || status=1
 exit $status

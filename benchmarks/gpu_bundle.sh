@@ -6,7 +6,11 @@
 #   here:   benchmarks/gpu_bundle.sh            (then `echo /.gpu/ >> .git/info/exclude` once)
 #   device: one call per piece, carry [".gpu/N"], command `bash benchmarks/gpu_install.sh --keep`
 #           (a call removes the pieces an earlier call carried, so each is kept under /tmp); then:
-#           bash benchmarks/gpu_install.sh && . /tmp/gpu_env && bash benchmarks/gpu.sh $OUT/gpu
+#           bash benchmarks/gpu_install.sh && . /tmp/gpu_env && bash benchmarks/gpu.sh /tmp/gpu;
+#           tar -C /tmp -czf $OUT/gpu.tgz gpu      (at most 8 files come back from $OUT)
+#   The machine is given back 30 s after a call, and the pieces with it: make the calls back to back.
+#   Fewer calls: PIECE_MB=56 makes three pieces; the first two fit beside a tree whose assistant
+#   weights (whisper_spec/assistants/base/model.safetensors, 22 MB) are moved out for those calls.
 # faster-whisper and CTranslate2 (78 MB of wheels) are left out: that peer is skipped there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
