@@ -253,7 +253,7 @@ def cmd_distill(args) -> int:
     head_features = tuple(int(i) for i in args.head_features.split(",")) if args.head_features else ()
     options = _options(
         DistillOptions, layers=len(init_layers) if init_layers else args.layers, init_layers=init_layers, head=args.head,
-        hidden_weight=args.hidden_weight, head_features=head_features,
+        hidden_weight=args.hidden_weight, head_features=head_features, head_test_depth=args.head_test_depth,
         draft_vocab=args.draft_vocab, steps=args.steps, batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, held_out=args.held_out,
         eval_every=args.eval_every, seed=args.seed, join=args.join, augment=args.augment, shifts=args.shifts,

@@ -253,6 +253,9 @@ def _add_distill_parser(sub) -> None:
     train.add_argument("--head-features", default=None, metavar="LAYERS",
                        help="comma-separated main decoder layers whose outputs a draft head reads beside the final "
                             "hidden states (EAGLE-3; default: the final hidden states alone)")
+    train.add_argument("--head-test-depth", type=positive_int, default=DistillOptions.head_test_depth,
+                       help="a draft head's training passes that read its own predicted hidden states, each the last "
+                            "one's, as its drafts after the first do (default: %(default)s)")
     train.add_argument("--hidden-weight", type=float, default=DistillOptions.hidden_weight,
                        help="a draft head's regression loss onto the main decoder's hidden states, against its token "
                             "losses (default: %(default)s)")

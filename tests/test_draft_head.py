@@ -53,18 +53,20 @@ def clips(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize("head_features", [(), (0,)], ids=["final-hidden", "and-layer-0"])
-def test_a_distilled_head_learns_the_main_model_and_stays_exact(clips, tmp_path, head_features):
+@pytest.mark.parametrize("head_features, test_depth", [((), 1), ((0,), 2)], ids=["final-hidden", "and-layer-0-deeper"])
+def test_a_distilled_head_learns_the_main_model_and_stays_exact(clips, tmp_path, head_features, test_depth):
     main = random_model(3, eot_bias=0.5)
     options = DistillOptions(layers=1, head=True, steps=30, batch_size=4, eval_every=30, checkpoint_every=30,
                              held_out=0.34, draft_vocab=90, top_k=4, learning_rate=3e-3, warmup_steps=3,
-                             head_features=head_features)
+                             head_features=head_features, head_test_depth=test_depth)
     summary = distill(WhisperPair(main, None, CPU, torch.float32), str(clips), tmp_path / "head", options,
                       cache=tmp_path / "cache")
     assert summary["held_out_acceptance"] > summary["held_out_acceptance_before"]
     config = json.loads((tmp_path / "head" / "assistant.json").read_text())
     assert config["kind"] == "head" and config["layers_from_main"] == [1]
     assert config["feature_layers"] == list(head_features)
+    card = (tmp_path / "head" / "README.md").read_text()
+    assert f"the same losses again on {test_depth} more pass(es)" in card
 
     head = load_distilled(tmp_path / "head", main, torch.float32, "cpu")
     assert isinstance(head.decoder, DraftHead) and head.is_draft_head

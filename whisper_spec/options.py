@@ -122,6 +122,9 @@ class DistillOptions:
     head: bool = False  # a draft head (model.DraftHead) rather than a decoder of its own
     hidden_weight: float = 1.0  # a draft head's: its regression loss onto the main decoder's hidden states
     head_features: tuple[int, ...] = ()  # main decoder layers whose outputs a head reads too (model.DraftHead)
+    # a head's passes that read its own predicted hidden states, each the last one's, as drafts past the
+    # first do (EAGLE-3's training-time test); k drafts read k - 1 generations of them
+    head_test_depth: int = 1
     init_layers: tuple[int, ...] | None = None  # main layers to start from; default: spread, first and last kept
     draft_vocab: int = 16384  # tokens the assistant can draft (timestamps and EOT included)
     steps: int = 1000

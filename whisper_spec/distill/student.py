@@ -139,8 +139,8 @@ def model_card(config: dict) -> str:
     is_head = config.get("kind") == HEAD_KIND
     head_losses = ("" if not is_head else
                    f", plus smooth-L1 regression (weight {recipe.get('hidden_weight')}) onto the main decoder's final"
-                   " hidden states; the same losses again on a second pass that reads its own predicted hidden states,"
-                   " as it does drafting past the verified tokens")
+                   f" hidden states; the same losses again on {recipe.get('head_test_depth', 1)} more pass(es), each"
+                   " reading the last one's predicted hidden states, as it does drafting past the verified tokens")
     export = "" if is_head else "; `whisper-spec export` writes a standard `WhisperForCausalLM`"
     tapped = f", the outputs of its layers {config['feature_layers']}," if config.get("feature_layers") else ""
     kind = (f"{len(config['layers_from_main'])}-layer draft head (EAGLE: it reads the main decoder's final hidden"

@@ -317,12 +317,13 @@ def _accumulate(student: Decoder, batch: list[Example], data: _Data, options: Di
         logits, guess = _forward(student, tokens, cross_kv, None if hidden is None else student.head_input(hidden))
         loss = distillation_loss(logits, labels, top_ids, top_logits, options)
         if hidden is not None:
-            # and as it drafts past the verified tokens: reading its own predictions (EAGLE-3's
-            # training-time test, one step deep)
-            own_logits, own_guess = _forward(student, tokens, cross_kv, guess.detach())
-            loss = (loss + distillation_loss(own_logits, labels, top_ids, top_logits, options)
-                    + options.hidden_weight * (hidden_loss(guess, hidden, tokens, data.eot)
-                                               + hidden_loss(own_guess, hidden, tokens, data.eot)))
+            loss = loss + options.hidden_weight * hidden_loss(guess, hidden, tokens, data.eot)
+            # and as it drafts past the verified tokens, reading its own predictions, each generation
+            # the last one's (EAGLE-3's training-time test)
+            for _ in range(options.head_test_depth):
+                own_logits, guess = _forward(student, tokens, cross_kv, guess.detach())
+                loss = (loss + distillation_loss(own_logits, labels, top_ids, top_logits, options)
+                        + options.hidden_weight * hidden_loss(guess, hidden, tokens, data.eot))
         weight = sum(predicted[first : first + GROUP_SIZE]) / sum(predicted)
         (loss * weight).backward()
         total += loss.item() * weight
