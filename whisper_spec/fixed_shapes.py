@@ -49,7 +49,8 @@ def fixed_shape_decode(context: Context, state: State, stats: DecodingStats) -> 
     beforehand, so a GPU's queue never drains mid-round, and the host reads whether every row is
     done once per context.rounds_per_read rounds (rounds after a row's end leave it unchanged); with
     adaptive drafts it reads the next round's k with it, each round. With CUDA graphs, from the
-    second round on a whole round is one graph (RoundGraph), replayed round after round."""
+    second round on a whole round is one graph (RoundGraph), replayed round after round, and kept for
+    the next batch of the same configuration (whole_rounds)."""
     prefill(context, state, stats)
     adaptive = context.drafts and context.options.adaptive_draft
     k = int(state.draft_length.max()) if context.drafts else 0
@@ -91,8 +92,9 @@ class WholeRounds:
     graph: RoundGraph
 
 
-# by round_key, most recently used last: capturing costs a warm-up round and the capture, more than
-# the few rounds of a short window save, so a job's batches of one configuration share a graph
+# by round_key, most recently used last, each holding its batch's buffers: capturing costs a warm-up
+# round and the capture, more than a short window's few rounds save, so a job's batches of one
+# configuration share a graph
 KEPT_WHOLE_ROUNDS = 8
 _WHOLE_ROUNDS: OrderedDict[tuple, WholeRounds] = OrderedDict()
 
