@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check in one command: on a CUDA machine, in about 7 minutes (H200), everything under OUT:
-#   cuda_tests.txt  pytest -m cuda: speculative == main-only in float16 and bfloat16 at batch 1-4 (real base
-#                   + shipped assistant, random models), text and timestamps, CUDA graphs against eager,
+#   cuda_tests.txt  pytest -m cuda: speculative == main-only in float16 and bfloat16 at batch 1-16 (real
+#                   base + shipped assistant; random models at 1-4), text and timestamps, CUDA graphs
+#                   against eager, a kept round graph replaying another batch,
 #                   the int8 kernel on CUDA, a pre-quantized directory building no float decoder weight
 #   librispeech/    whisper-spec bench on the 78 LibriSpeech clips, --device cuda, float16 and --int8,
 #                   batch 1 and 4, with the transformers and faster-whisper peers where installed

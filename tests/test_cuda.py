@@ -2,6 +2,7 @@
 int8 memory. Marked `cuda`; skipped without a GPU (`benchmarks/gpu.sh` runs them on one)."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ from conftest import main_alone, mel_of, perturbed_decoder, random_model, speech
 
 from whisper_spec.cli.main import main as cli
 from whisper_spec.decoding import decode_windows
+from whisper_spec.graphs import capture_round
 from whisper_spec.load import load_model, load_pair
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
@@ -43,9 +45,9 @@ def tokens_of(pair, mel, options, **kwargs):
 # sizes change between cases (new cache layouts) exactly as in a bench run
 @pytest.mark.filterwarnings("error:CUDA graphs turned off")
 @pytest.mark.parametrize("timestamps", [False, True], ids=["text", "timestamps"])
-@pytest.mark.parametrize("batch", [1, 2, 3, 4])
+@pytest.mark.parametrize("batch", [1, 2, 3, 4, 8, 16])
 def test_base_speculative_equals_main_only_on_cuda(cuda_pair, clip_mel, batch, timestamps):
-    mel = clip_mel[:batch]
+    mel = clip_mel.repeat(-(-batch // len(clip_mel)), 1, 1)[:batch]  # the clips again past 4
     for graphs in (True, False):
         options = DecodingOptions(speculation="on", timestamps=timestamps, cuda_graphs=graphs)
         main_only = tokens_of(cuda_pair, mel, main_alone(options))
@@ -55,6 +57,28 @@ def test_base_speculative_equals_main_only_on_cuda(cuda_pair, clip_mel, batch, t
         if graphs:
             with_graphs = main_only
     assert with_graphs == main_only, "CUDA graph replays changed the tokens"
+
+
+@pytest.mark.filterwarnings("error:CUDA graphs turned off")
+def test_kept_round_graphs_replay_other_batches_exactly_on_cuda(cuda_pair, clip_mel, monkeypatch):
+    """A whole-round graph captured on one batch replays the next batch of its configuration (other
+    audio, other seeds) on that batch's values: the tokens are the eager rounds', and the second
+    batch captures nothing (fixed_shapes.whole_rounds)."""
+    import whisper_spec.fixed_shapes as fixed_rounds
+
+    captures = []
+
+    def counted(run_round):
+        captures.append(1)
+        return capture_round(run_round)
+
+    monkeypatch.setattr(fixed_rounds, "capture_round", counted)
+    for options in (DecodingOptions(speculation="on"), DecodingOptions(speculation="on", temperature=(0.7,), seed=3)):
+        captures.clear()
+        for mel, seeds in ((clip_mel[:2], [0, 1]), (clip_mel[2:], [2, 3])):
+            eager = tokens_of(cuda_pair, mel, replace(options, cuda_graphs=False), seeds=seeds)
+            assert tokens_of(cuda_pair, mel, options, seeds=seeds) == eager
+        assert len(captures) <= 1, "the second batch of a configuration captured its rounds again"
 
 
 def test_adaptive_drafts_are_exact_on_cuda(cuda_pair, clip_mel):
