@@ -4,7 +4,8 @@ LibriSpeech clips at batch 1 under torch.profiler, as the GPU issue's starting p
 Reports, per mode: wall seconds, generated tokens, wall microseconds a token, GPU busy microseconds
 a token (kernels and copies on the device's timeline), host syncs (stream/event/device synchronize
 and device-to-host copies), kernel launches and graph replays a token, kernels run on the device a
-token (a graph's among them), the host operations and the device's kernels that take the most time. Runs on CPU too (no device timeline there) to check the script.
+token (a graph's among them), and the host operations and the device's kernels that take the most
+time. Runs on CPU too (no device timeline there) to check the script.
 Usage: python benchmarks/experiments/gpu_step_profile.py --device cuda --output OUT.json [--clips 8]
 """
 
