@@ -13,6 +13,7 @@ from torch.profiler import ProfilerActivity, profile
 from whisper_spec.caches import BatchCaches
 from whisper_spec.decoding import decode_encoded, decode_windows, encode_batch
 from whisper_spec.graphs import buffer_layout
+from whisper_spec.model import DecoderCaches
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
 from whisper_spec.tokenizer import TIME_PRECISION
@@ -60,6 +61,61 @@ def test_fixed_shape_rounds_give_the_row_invariant_tokens_in_both_modes(name, ba
             assert [r.avg_logprob for r in results] == pytest.approx([r.avg_logprob for r in reference])
             if mode is options:
                 assert stats.drafted > 0 and stats.accepted > 0
+
+
+def fused_attention(pair: WhisperPair) -> WhisperPair:
+    """fixed_shapes(pair, 2) with its decoders' attention fused, as off CPU (platform.prepare)."""
+    fixed = fixed_shapes(pair, 2)
+    for decoder in (pair.main.decoder, pair.assistant.decoder):
+        decoder.fused_attention = True
+    return fixed
+
+
+@pytest.mark.parametrize("name", ["greedy", "timestamps-adaptive", "sampling"])
+@pytest.mark.parametrize("batch", [1, 4])
+def test_fused_attention_gives_both_modes_one_text_in_fixed_shape_rounds(name, batch):
+    options, pair = OPTIONS[name], random_pair()
+    torch.manual_seed(batch)
+    mel = torch.randn(batch, 80, 3000)
+    written_out, _ = decode_windows(fixed_shapes(pair, 2), mel, main_alone(options), seeds=list(range(batch)))
+    fused = fused_attention(pair)
+    reference, _ = decode_windows(fused, mel, main_alone(options), seeds=list(range(batch)))
+    results, stats = decode_windows(fused, mel, options, seeds=list(range(batch)))
+    assert [r.tokens for r in results] == [r.tokens for r in reference]
+    assert stats.drafted > 0 and stats.accepted > 0
+    # the same attention in another summation order: a text or two may part where two tokens are near-tied
+    same = sum(a.tokens == b.tokens for a, b in zip(reference, written_out))
+    assert same >= batch - 1
+
+
+def test_fused_attention_attends_where_the_written_out_one_does():
+    """One decoder step over caches whose positions past each row's own hold stale values: fused
+    attention (its additive mask) and the written-out one give the same logits up to rounding, and
+    both ignore the stale entries (other stale values, the same logits)."""
+    decoder = random_model(0).decoder
+    torch.manual_seed(1)
+    cross = decoder.cross_states(torch.randn(3, 1500, decoder.dims.d_model))
+    tokens = torch.randint(0, decoder.dims.n_vocab, (3, 4))
+    positions = torch.tensor([[5, 6, 7, 8], [0, 1, 2, 3], [9, 10, 11, 12]])
+    logits = {}
+    for fused in (False, True):
+        decoder.fused_attention = fused
+        for stale in (0.0, 5.0):
+            torch.manual_seed(2)
+            caches = decoder.new_caches(3, 37)
+            for cache in caches:
+                for row, last in enumerate(positions[:, -1].tolist()):
+                    for values in (cache.k, cache.v):  # earlier tokens' entries, then stale ones
+                        values[row, :, :last].normal_(0, 1)
+                        values[row, :, last + 1 :].normal_(0, 1).mul_(stale)
+            with torch.inference_mode():
+                logits[fused, stale] = decoder(tokens, positions, DecoderCaches(cross, caches))
+    # the written-out attention reads no cache entry past a query's position: the stale values change nothing
+    assert torch.equal(logits[False, 0.0], logits[False, 5.0])
+    # the fused does not either (its kernels may order the sums by value: equal up to rounding)
+    torch.testing.assert_close(logits[True, 0.0], logits[True, 5.0], rtol=0, atol=1e-4)
+    torch.testing.assert_close(logits[True, 0.0], logits[False, 0.0], rtol=0, atol=1e-4)
+    assert not torch.equal(logits[False, 0.0][0], logits[False, 0.0][1])
 
 
 @pytest.mark.parametrize("batch", [1, 4])

@@ -251,6 +251,14 @@ def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, 
     return torch.cat(rows, dim=-2)
 
 
+def attention_bias(blocked: Tensor, dtype: torch.dtype) -> Tensor:
+    """blocked as F.scaled_dot_product_attention's additive mask (-inf where blocked, else 0), its
+    rows laid out a multiple of 16 keys apart so the fused kernels take it without padding a copy."""
+    keys = blocked.shape[-1]
+    bias = torch.zeros(*blocked.shape[:-1], -(-keys // 16) * 16, dtype=dtype, device=blocked.device)
+    return bias[..., :keys].masked_fill_(blocked, float("-inf"))
+
+
 class DecoderAttention(nn.Module):
     """Causal self-attention (cached, by position) or cross-attention (keys from the encoder)."""
 
@@ -279,8 +287,10 @@ class DecoderAttention(nn.Module):
         return tuple(_split_heads(t, self.n_head).to(dtype).contiguous() for t in (k, v))
 
     def forward(self, x: Tensor, positions: Tensor, blocked: Tensor | None, exact_queries: int | None,
-                kv: "KVCache | tuple[Tensor, Tensor] | None", scores_out: list | None = None) -> Tensor:
-        """kv: cross-attention's keys and values, or self-attention's cache (None: no cache)."""
+                kv: "KVCache | tuple[Tensor, Tensor] | None", scores_out: list | None = None,
+                fused: bool = False) -> Tensor:
+        """kv: cross-attention's keys and values, or self-attention's cache (None: no cache); fused:
+        through F.scaled_dot_product_attention (Decoder.fused_attention), blocked then attention_bias'."""
         if self.cross:
             q = _split_heads(self.q(x), self.n_head)
             k, v = kv
@@ -290,7 +300,10 @@ class DecoderAttention(nn.Module):
                 kv.write(positions, k, v)
                 k, v = kv.k[:, :, : blocked.shape[-1]], kv.v[:, :, : blocked.shape[-1]]
             # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
-        attn = _decoder_attention(cast(q, k.dtype), k, v, None if self.cross else blocked, exact_queries, scores_out)
+        if fused:
+            attn = F.scaled_dot_product_attention(cast(q, k.dtype), k, v, attn_mask=None if self.cross else blocked)
+        else:
+            attn = _decoder_attention(cast(q, k.dtype), k, v, None if self.cross else blocked, exact_queries, scores_out)
         return self.out(cast(_merge_heads(attn), x.dtype))
 
 
@@ -305,9 +318,10 @@ class DecoderBlock(nn.Module):
         self.mlp = MLP(d_model, d_ffn)
 
     def forward(self, x: Tensor, positions: Tensor, blocked: Tensor, exact_queries: int | None,
-                cache: KVCache | None, cross: tuple[Tensor, Tensor], cross_scores: list | None = None) -> Tensor:
-        x = x + self.attn(self.attn_ln(x), positions, blocked, exact_queries, cache)
-        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, exact_queries, cross, cross_scores)
+                cache: KVCache | None, cross: tuple[Tensor, Tensor], cross_scores: list | None = None,
+                fused: bool = False) -> Tensor:
+        x = x + self.attn(self.attn_ln(x), positions, blocked, exact_queries, cache, fused=fused)
+        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, exact_queries, cross, cross_scores, fused)
         return x + self.mlp(self.mlp_ln(x))
 
 
@@ -353,6 +367,9 @@ class Decoder(nn.Module):
         # product a query), None: the main decoder on a device without row invariance, or an assistant
         self.exact_queries: int | None = None
         self.attention_dtype: torch.dtype | None = None  # keys, values and attention; None: the activation dtype (platform.prepare)
+        # attention through F.scaled_dot_product_attention, one kernel where written out it is seven: only
+        # where every main call has one shape (platform.prepare: not on CPU), as its result depends on it
+        self.fused_attention = False
 
     @property
     def dtype(self) -> torch.dtype:
@@ -405,11 +422,14 @@ class Decoder(nn.Module):
         blocked = torch.arange(kv_len, device=x.device) > positions[:, None, :, None]
         # training, whole-sequence scoring and an assistant's drafts need no exactness across call shapes
         exact_queries = self.exact_queries if self_caches is not None and span is None else None
+        fused = self.fused_attention and cross_scores is None  # word timestamps read the written-out scores
+        if fused:
+            blocked = attention_bias(blocked, self.cache_dtype)
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
         tapped = []
         for i, block in enumerate(self.blocks):
             cache = self_caches[i] if self_caches is not None else None
-            x = block(x, positions, blocked, exact_queries, cache, caches.cross[i], cross_scores)
+            x = block(x, positions, blocked, exact_queries, cache, caches.cross[i], cross_scores, fused)
             if taps and i in taps:
                 tapped.append(x)
         return torch.cat([*tapped, self.ln(x)], dim=-1) if tapped else self.ln(x)

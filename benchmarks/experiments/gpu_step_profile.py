@@ -4,14 +4,20 @@ LibriSpeech clips at batch 1 under torch.profiler, as the GPU issue's starting p
 Reports, per mode: wall seconds, generated tokens, wall microseconds a token, GPU busy microseconds
 a token (kernels and copies on the device's timeline), host syncs (stream/event/device synchronize
 and device-to-host copies), kernel launches and graph replays a token, kernels run on the device a
-token (a graph's among them), and the host operations and the device's kernels that take the most
-time. Runs on CPU too (no device timeline there) to check the script.
+token (a graph's among them), the host operations and the device's kernels that take the most
+time, and whether speculative decoding wrote main-only's tokens. Per variant of the decoders:
+"fused" (the default off CPU: F.scaled_dot_product_attention, Decoder.fused_attention),
+"written-out" (the attention as CPU decoding runs it) and, with --compile, "fused+compiled" (each
+decoder's blocks through torch.compile, compiled at their first call, before any graph capture).
+Runs on CPU too (no device timeline there) to check the script.
 Usage: python benchmarks/experiments/gpu_step_profile.py --device cuda --output OUT.json [--clips 8]
+       [--batch 1] [--variants fused,written-out] [--compile]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -22,6 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import SPEECH, manifest_rows, write_report  # noqa: E402
 
+from whisper_spec import fixed_shapes, graphs  # noqa: E402
 from whisper_spec.audio import load_audio  # noqa: E402
 from whisper_spec.decoding import decode_windows  # noqa: E402
 from whisper_spec.encoding import pair_features  # noqa: E402
@@ -32,20 +39,18 @@ from whisper_spec.platform import synchronize  # noqa: E402
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize")
 
 
-def decode_all(pair, mels, options) -> int:
-    tokens = 0
-    for mel in mels:
-        results, _ = decode_windows(pair, mel, options)
-        tokens += sum(len(r.tokens) for r in results)
+def decode_all(pair, mels, options) -> list[list[int]]:
+    tokens = [r.tokens for mel in mels for r in decode_windows(pair, mel, options)[0]]
     synchronize(pair.device)
     return tokens
 
 
 def profile_mode(pair, mels, options) -> dict:
-    decode_all(pair, mels, options)  # warm: graphs captured, kernels chosen
+    texts = decode_all(pair, mels, options)  # warm: graphs captured, kernels chosen (and compiled)
     start = time.perf_counter()
-    tokens = decode_all(pair, mels, options)
+    decode_all(pair, mels, options)
     wall = time.perf_counter() - start
+    tokens = sum(map(len, texts))
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if pair.device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         decode_all(pair, mels, options)
@@ -62,7 +67,7 @@ def profile_mode(pair, mels, options) -> dict:
     kernels = [e for e in events if e.device_type.name == "CUDA"]
     on_device = sorted(kernels, key=lambda e: -e.self_device_time_total)[:15]
     return {
-        "wall_seconds": wall, "generated_tokens": tokens, "wall_us_a_token": 1e6 * wall / tokens,
+        "texts": texts, "wall_seconds": wall, "generated_tokens": tokens, "wall_us_a_token": 1e6 * wall / tokens,
         "device_busy_us_a_token": device_us / tokens if device_us else None,
         "host_syncs_a_token": syncs / tokens, "scalar_reads_a_token": copies_to_host / tokens,
         "kernel_launches_a_token": launches / tokens, "graph_replays_a_token": count.get("cudaGraphLaunch", 0) / tokens,
@@ -73,21 +78,65 @@ def profile_mode(pair, mels, options) -> dict:
     }
 
 
+def set_variant(pair, variant: str) -> None:
+    """The pair's decoders as the variant has them; graphs captured for another variant dropped
+    (a kept graph bakes its decoder's attention in)."""
+    fixed_shapes._WHOLE_ROUNDS.clear()
+    graphs._STEP_GRAPHS.clear()
+    for decoder in (pair.main.decoder, pair.assistant.decoder):
+        decoder.fused_attention = variant != "written-out"
+        if variant.endswith("+compiled"):
+            # static shapes: a graph per decoder, width and batch size, more than the default limit of 8
+            torch._dynamo.config.recompile_limit = 64
+            decoder.through_blocks = torch.compile(decoder.through_blocks, dynamic=False)
+        else:
+            vars(decoder).pop("through_blocks", None)
+
+
+def profile_variant(pair, mels, variant: str, report: dict, save) -> None:
+    """report["modes"] each mode's profile, then whether the modes wrote the same tokens; save()
+    after each mode, so a run cut short keeps what it measured."""
+    set_variant(pair, variant)
+    modes = {"main-only": DecodingOptions(language="en", speculation="off"),
+             "speculative": DecodingOptions(language="en", speculation="on")}
+    start, texts = time.perf_counter(), []
+    for name, options in modes.items():
+        report.setdefault("modes", {})[name] = profile_mode(pair, mels, options)
+        texts.append(report["modes"][name].pop("texts"))
+        report["seconds_in_all"] = time.perf_counter() - start
+        save()
+    report.update(identical=sum(a == b for a, b in zip(*texts)), windows=len(texts[0]))
+    save()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--clips", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--variants", default="fused,written-out")
+    parser.add_argument("--compile", action="store_true", help="also the fused decoders through torch.compile")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
     pair = load_pair("base", "default", device=device, dtype="float16" if device.type == "cuda" else "float32")
     clips = [SPEECH / r["path"] for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
     mels = [pair_features(pair, [load_audio(path)])[0] for path in clips]
-    modes = {"main-only": DecodingOptions(language="en", speculation="off"),
-             "speculative": DecodingOptions(language="en", speculation="on")}
+    batches = [torch.cat(mels[i : i + args.batch]) for i in range(0, len(mels), args.batch)]
+    variants = args.variants.split(",") + (["fused+compiled"] if args.compile else [])
     report = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
-              "clips": len(clips), "batch": 1,
-              "modes": {name: profile_mode(pair, mels, options) for name, options in modes.items()}}
+              "clips": len(clips), "batch": args.batch, "variants": {}}
+    def save():
+        if args.output:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text(json.dumps(report, indent=2) + "\n")
+
+    for variant in variants:
+        entry = report["variants"][variant] = {}
+        try:
+            profile_variant(pair, batches, variant, entry, save)
+        except Exception as error:  # noqa: BLE001 - a variant that fails (a compiler error) is reported, the rest run
+            entry["error"] = f"{type(error).__name__}: {str(error)[:2000]}"
     return write_report(report, args.output)
 
 
