@@ -64,11 +64,31 @@ def test_fixed_shape_rounds_give_the_row_invariant_tokens_in_both_modes(name, ba
 
 
 def fused_attention(pair: WhisperPair) -> WhisperPair:
-    """fixed_shapes(pair, 2) with its decoders' attention fused, as off CPU (platform.prepare)."""
+    """fixed_shapes(pair, 2) with its decoders' attention fused and vocabulary rows aligned, as off
+    CPU (platform.prepare)."""
     fixed = fixed_shapes(pair, 2)
     for decoder in (pair.main.decoder, pair.assistant.decoder):
         decoder.fused_attention = True
+        decoder.align_vocab_rows()
     return fixed
+
+
+def test_aligned_vocabulary_rows_give_the_tied_projections_logits():
+    """Off CPU the tied projection's rows are padded to a multiple of 16 (100 here), the embedding's
+    weight a view of them: every module sharing the embedding reads the same weight, the logits are
+    the tied projection's, n_vocab wide."""
+    main = random_model(0)
+    decoder, shared = main.decoder, perturbed_decoder(main, 0.1, seed=1).decoder
+    shared.token_embedding = decoder.token_embedding
+    x = torch.randn(3, 2, decoder.dims.d_model)
+    with torch.inference_mode():
+        before = decoder.logits(x)
+        decoder.align_vocab_rows()
+        after = decoder.logits(x)
+    assert decoder.vocab_rows.shape[0] == 112 and not decoder.vocab_rows[100:].any()
+    assert shared.token_embedding.weight.data_ptr() == decoder.vocab_rows.data_ptr()
+    assert after.shape == before.shape == (3, 2, 100) and after.is_contiguous()
+    torch.testing.assert_close(after, before, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["greedy", "timestamps-adaptive", "sampling"])

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 @dataclass(frozen=True)
@@ -175,9 +176,10 @@ class KVCache:
 
     def write(self, positions: Tensor, k: Tensor, v: Tensor) -> None:
         """positions: [batch, T]; k, v: [batch, head, T, head_dim]."""
-        rows = torch.arange(positions.shape[0], device=positions.device)[:, None]
-        self.k[rows, :, positions] = k.transpose(1, 2).to(self.k.dtype)
-        self.v[rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)
+        # a scatter along the positions: one kernel, where indexing rows and positions is three
+        index = positions[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+        self.k.scatter_(2, index, cast(k, self.k.dtype))
+        self.v.scatter_(2, index, cast(v, self.v.dtype))
 
 
 CrossStates = list  # per decoder block, the cross-attention (keys, values) of a batch: [batch, head, frames, head_dim] each
@@ -251,6 +253,12 @@ def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, 
     return torch.cat(rows, dim=-2)
 
 
+# fused attention's kernels, first choice first: flash for cross-attention, memory-efficient where a mask
+# rules flash out (decisions, "Fused attention on GPUs"); math, which runs anywhere, last
+FUSED_ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                            SDPBackend.MATH]
+
+
 def attention_bias(blocked: Tensor, dtype: torch.dtype) -> Tensor:
     """blocked as F.scaled_dot_product_attention's additive mask (-inf where blocked, else 0), its
     rows laid out a multiple of 16 keys apart so the fused kernels take it without padding a copy."""
@@ -301,7 +309,8 @@ class DecoderAttention(nn.Module):
                 k, v = kv.k[:, :, : blocked.shape[-1]], kv.v[:, :, : blocked.shape[-1]]
             # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
         if fused:
-            attn = F.scaled_dot_product_attention(cast(q, k.dtype), k, v, attn_mask=None if self.cross else blocked)
+            with sdpa_kernel(FUSED_ATTENTION_BACKENDS, set_priority=True):
+                attn = F.scaled_dot_product_attention(cast(q, k.dtype), k, v, attn_mask=None if self.cross else blocked)
         else:
             attn = _decoder_attention(cast(q, k.dtype), k, v, None if self.cross else blocked, exact_queries, scores_out)
         return self.out(cast(_merge_heads(attn), x.dtype))
@@ -362,6 +371,9 @@ class Decoder(nn.Module):
                                     for _ in range(dims.n_text_layer))
         self.ln = nn.LayerNorm(dims.d_model)
         self.proj_out: nn.Module | None = None
+        # the tied projection's rows padded to a multiple of 16, the embedding's weight their first n_vocab
+        # (align_vocab_rows: cuBLAS takes an odd row count, as Whisper's vocabularies have, in a slow kernel)
+        self.register_buffer("vocab_rows", None, persistent=False)
         self.cross_source: list[int] | None = None  # per block: the main decoder layer whose cross keys/values it reuses
         # queries padded to this many for row-invariant attention (platform.make_row_invariant; 0: one
         # product a query), None: the main decoder on a device without row invariance, or an assistant
@@ -451,7 +463,20 @@ class Decoder(nn.Module):
             return self.proj_out.compact(x)
         if self.proj_out is not None:
             return self.proj_out(x).float()
-        return F.linear(x, self.token_embedding.weight).float()
+        if self.vocab_rows is None:
+            return F.linear(x, self.token_embedding.weight).float()
+        return F.linear(x, self.vocab_rows)[..., : self.dims.n_vocab].float().contiguous()
+
+    def align_vocab_rows(self) -> None:
+        """The tied output projection padded to a multiple of 16 rows, in the embedding's place: its
+        weight becomes a view of the first n_vocab rows (so every module sharing it sees them)."""
+        weight = self.token_embedding.weight
+        if self.proj_out is not None or self.vocab_rows is not None or len(weight) % 16 == 0 or weight.is_meta:
+            return
+        rows = torch.zeros(-(-len(weight) // 16) * 16, weight.shape[1], dtype=weight.dtype, device=weight.device)
+        rows[: len(weight)] = weight.detach()
+        weight.data = rows[: len(weight)]
+        self.vocab_rows = rows
 
     def forward(self, tokens: Tensor, positions: Tensor, caches: DecoderCaches, n_logits: int | None = None,
                 span: int | None = None) -> Tensor:

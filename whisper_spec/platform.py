@@ -205,9 +205,9 @@ def onednn_packed(weight: Tensor) -> Tensor | None:
 def prepare(module: nn.Module, device: torch.device) -> None:
     """Set a loaded encoder's or decoder's modules up for the device: a decoder's float32 CPU
     linears packed for oneDNN and its keys and values in float32 on CPU (whose half-precision
-    batched matmuls are unvectorised), its attention fused off CPU (where no call is row-invariant
-    anyway), a CPU encoder run one window a call. Idempotent; a packed
-    copy does not follow later changes to its weight."""
+    batched matmuls are unvectorised); off CPU (where no call is row-invariant anyway) its attention
+    fused and its tied vocabulary projection's rows aligned; a CPU encoder run one window a call.
+    Idempotent; a packed copy does not follow later changes to its weight."""
     cpu = device.type == "cpu"
     for part in module.modules():
         if isinstance(part, Decoder):
@@ -216,6 +216,8 @@ def prepare(module: nn.Module, device: torch.device) -> None:
                     linear.packed = onednn_packed(linear.weight)
             part.attention_dtype = torch.float32 if cpu else None
             part.fused_attention = not cpu
+            if not cpu:
+                part.align_vocab_rows()
             # on CPU float32 too: the output projection's int8 activations (Int8Linear.int8_activations)
             prepare_int8(part, device, {part.dtype, torch.float32} if cpu else {part.dtype})
         elif isinstance(part, Encoder):

@@ -7,8 +7,10 @@ and device-to-host copies), kernel launches and graph replays a token, kernels r
 token (a graph's among them), the host operations and the device's kernels that take the most
 time, and whether speculative decoding wrote main-only's tokens. Per variant of the decoders:
 "fused" (the default off CPU: F.scaled_dot_product_attention, Decoder.fused_attention),
-"written-out" (the attention as CPU decoding runs it) and, with --compile, "fused+compiled" (each
-decoder's blocks through torch.compile, compiled at their first call, before any graph capture).
+"fused@flash", "fused@efficient", "fused@cudnn" (SDPA restricted to those kernels, math where they
+cannot run), "written-out" (the attention as CPU decoding runs it) and, with --compile,
+"fused+compiled" (each decoder's blocks through torch.compile, compiled at their first call, before
+any graph capture).
 Runs on CPU too (no device timeline there) to check the script.
 Usage: python benchmarks/experiments/gpu_step_profile.py --device cuda --output OUT.json [--clips 8]
        [--batch 1] [--variants fused,written-out] [--compile]
@@ -23,12 +25,13 @@ import time
 from pathlib import Path
 
 import torch
+from torch.nn.attention import SDPBackend
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import SPEECH, manifest_rows, write_report  # noqa: E402
 
-from whisper_spec import fixed_shapes, graphs  # noqa: E402
+from whisper_spec import fixed_shapes, graphs, model  # noqa: E402
 from whisper_spec.audio import load_audio  # noqa: E402
 from whisper_spec.decoding import decode_windows  # noqa: E402
 from whisper_spec.encoding import pair_features  # noqa: E402
@@ -78,11 +81,19 @@ def profile_mode(pair, mels, options) -> dict:
     }
 
 
+SDPA_BACKENDS = {"flash": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
+                 "efficient": [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
+                 "cudnn": [SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]}
+DEFAULT_BACKENDS = list(model.FUSED_ATTENTION_BACKENDS)
+
+
 def set_variant(pair, variant: str) -> None:
     """The pair's decoders as the variant has them; graphs captured for another variant dropped
     (a kept graph bakes its decoder's attention in)."""
     fixed_shapes._WHOLE_ROUNDS.clear()
     graphs._STEP_GRAPHS.clear()
+    backends = variant.removesuffix("+compiled").partition("@")[2]
+    model.FUSED_ATTENTION_BACKENDS = SDPA_BACKENDS[backends] if backends else DEFAULT_BACKENDS
     for decoder in (pair.main.decoder, pair.assistant.decoder):
         decoder.fused_attention = variant != "written-out"
         if variant.endswith("+compiled"):
