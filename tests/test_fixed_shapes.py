@@ -13,7 +13,7 @@ from torch.profiler import ProfilerActivity, profile
 from whisper_spec.caches import BatchCaches
 from whisper_spec.decoding import decode_encoded, decode_windows, encode_batch
 from whisper_spec.graphs import buffer_layout
-from whisper_spec.model import DecoderCaches
+from whisper_spec.model import DecoderCaches, Linear
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
 from whisper_spec.tokenizer import TIME_PRECISION
@@ -69,24 +69,27 @@ def fused_attention(pair: WhisperPair) -> WhisperPair:
     fixed = fixed_shapes(pair, 2)
     for decoder in (pair.main.decoder, pair.assistant.decoder):
         decoder.fused_attention = True
+        decoder.proj_out = Linear.of(decoder.token_embedding.weight)  # tied, as load.build_decoder makes it
         decoder.align_vocab_rows()
     return fixed
 
 
 def test_aligned_vocabulary_rows_give_the_tied_projections_logits():
-    """Off CPU the tied projection's rows are padded to a multiple of 16 (100 here), the embedding's
-    weight a view of them: every module sharing the embedding reads the same weight, the logits are
-    the tied projection's, n_vocab wide."""
+    """Off CPU the output projection's rows are padded to a multiple of 16 (100 here), its weight a
+    view of them: a tied embedding and every module sharing it read the same rows, the logits are
+    the projection's, n_vocab wide."""
     main = random_model(0)
     decoder, shared = main.decoder, perturbed_decoder(main, 0.1, seed=1).decoder
     shared.token_embedding = decoder.token_embedding
+    decoder.proj_out = Linear.of(decoder.token_embedding.weight)
     x = torch.randn(3, 2, decoder.dims.d_model)
     with torch.inference_mode():
         before = decoder.logits(x)
         decoder.align_vocab_rows()
         after = decoder.logits(x)
-    assert decoder.vocab_rows.shape[0] == 112 and not decoder.vocab_rows[100:].any()
-    assert shared.token_embedding.weight.data_ptr() == decoder.vocab_rows.data_ptr()
+    rows = decoder.proj_out.aligned
+    assert rows.shape[0] == 112 and not rows[100:].any()
+    assert shared.token_embedding.weight.data_ptr() == decoder.proj_out.weight.data_ptr() == rows.data_ptr()
     assert after.shape == before.shape == (3, 2, 100) and after.is_contiguous()
     torch.testing.assert_close(after, before, rtol=0, atol=1e-5)
 

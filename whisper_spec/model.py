@@ -54,6 +54,7 @@ class Linear(nn.Linear):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.register_buffer("packed", None, persistent=False)
+        self.register_buffer("aligned", None, persistent=False)  # align_rows' padded weight
         self.pad_rows = 0
 
     def reset_parameters(self) -> None:
@@ -61,8 +62,23 @@ class Linear(nn.Linear):
         if not self.weight.is_meta:
             super().reset_parameters()
 
+    def align_rows(self, multiple: int) -> None:
+        """Compute through a copy of the weight with its rows padded to a multiple of `multiple`,
+        the output sliced back: the weight becomes a view of that copy's first rows, so a module that
+        shares it (a tied embedding) shares the copy. Bias-free layers only; idempotent."""
+        weight = self.weight
+        if self.aligned is not None or self.bias is not None or weight.is_meta or self.out_features % multiple == 0:
+            return
+        rows = torch.zeros(-(-self.out_features // multiple) * multiple, self.in_features, dtype=weight.dtype,
+                           device=weight.device)
+        rows[: self.out_features] = weight.detach()
+        weight.data = rows[: self.out_features]
+        self.aligned = rows
+
     def product(self, x: Tensor) -> Tensor:
         """x @ weight.T + bias by this layer's kernel, rows as they come."""
+        if self.aligned is not None and x.dtype == self.aligned.dtype:
+            return F.linear(x, self.aligned)[..., : self.out_features]
         # the oneDNN op has no backward: training (an assistant's loss through a shared, frozen
         # projection) takes F.linear
         if self.packed is not None and x.dtype == torch.float32 and not (torch.is_grad_enabled() and x.requires_grad):
@@ -253,10 +269,9 @@ def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, 
     return torch.cat(rows, dim=-2)
 
 
-# fused attention's kernels, first choice first: flash for cross-attention, memory-efficient where a mask
-# rules flash out (decisions, "Fused attention on GPUs"); math, which runs anywhere, last
-FUSED_ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
-                            SDPBackend.MATH]
+# fused attention's kernels, first choice first: cuDNN's, else flash's (without a mask: cross-attention),
+# else math, which runs anywhere; the memory-efficient kernel was the slowest (decisions, "Fused attention on GPUs")
+FUSED_ATTENTION_BACKENDS = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
 
 
 def attention_bias(blocked: Tensor, dtype: torch.dtype) -> Tensor:
@@ -371,9 +386,6 @@ class Decoder(nn.Module):
                                     for _ in range(dims.n_text_layer))
         self.ln = nn.LayerNorm(dims.d_model)
         self.proj_out: nn.Module | None = None
-        # the tied projection's rows padded to a multiple of 16, the embedding's weight their first n_vocab
-        # (align_vocab_rows: cuBLAS takes an odd row count, as Whisper's vocabularies have, in a slow kernel)
-        self.register_buffer("vocab_rows", None, persistent=False)
         self.cross_source: list[int] | None = None  # per block: the main decoder layer whose cross keys/values it reuses
         # queries padded to this many for row-invariant attention (platform.make_row_invariant; 0: one
         # product a query), None: the main decoder on a device without row invariance, or an assistant
@@ -462,21 +474,14 @@ class Decoder(nn.Module):
         if compact and self.draft_vocab is not None:
             return self.proj_out.compact(x)
         if self.proj_out is not None:
-            return self.proj_out(x).float()
-        if self.vocab_rows is None:
-            return F.linear(x, self.token_embedding.weight).float()
-        return F.linear(x, self.vocab_rows)[..., : self.dims.n_vocab].float().contiguous()
+            return self.proj_out(x).float().contiguous()  # an aligned projection's columns are a slice
+        return F.linear(x, self.token_embedding.weight).float()
 
     def align_vocab_rows(self) -> None:
-        """The tied output projection padded to a multiple of 16 rows, in the embedding's place: its
-        weight becomes a view of the first n_vocab rows (so every module sharing it sees them)."""
-        weight = self.token_embedding.weight
-        if self.proj_out is not None or self.vocab_rows is not None or len(weight) % 16 == 0 or weight.is_meta:
-            return
-        rows = torch.zeros(-(-len(weight) // 16) * 16, weight.shape[1], dtype=weight.dtype, device=weight.device)
-        rows[: len(weight)] = weight.detach()
-        weight.data = rows[: len(weight)]
-        self.vocab_rows = rows
+        """A float output projection's rows padded to a multiple of 16 (Linear.align_rows): cuBLAS
+        runs Whisper's odd vocabulary sizes in a slow unaligned kernel."""
+        if type(self.proj_out) is Linear:
+            self.proj_out.align_rows(16)
 
     def forward(self, tokens: Tensor, positions: Tensor, caches: DecoderCaches, n_logits: int | None = None,
                 span: int | None = None) -> Tensor:

@@ -7,8 +7,8 @@ and device-to-host copies), kernel launches and graph replays a token, kernels r
 token (a graph's among them), the host operations and the device's kernels that take the most
 time, and whether speculative decoding wrote main-only's tokens. Per variant of the decoders:
 "fused" (the default off CPU: F.scaled_dot_product_attention, Decoder.fused_attention),
-"fused@flash", "fused@efficient", "fused@cudnn" (SDPA restricted to those kernels, math where they
-cannot run), "written-out" (the attention as CPU decoding runs it) and, with --compile,
+"fused@cudnn", "fused@flash" (flash, then memory-efficient), "fused@efficient" (SDPA restricted
+to those kernels, math where they cannot run), "written-out" (the attention as CPU decoding runs it) and, with --compile,
 "fused+compiled" (each decoder's blocks through torch.compile, compiled at their first call, before
 any graph capture).
 Runs on CPU too (no device timeline there) to check the script.
