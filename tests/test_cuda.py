@@ -81,23 +81,24 @@ def test_kept_round_graphs_replay_other_batches_exactly_on_cuda(cuda_pair, clip_
         assert len(captures) <= 1, "the second batch of a configuration captured its rounds again"
 
 
-def test_fused_attention_reads_the_clips_as_the_written_out_one_on_cuda(cuda_pair, clip_mel):
-    """Fused attention (the default off CPU, platform.prepare) against the written-out attention on
-    the same GPU: the same text for all clips but at most one (other sums, near-tied tokens may
-    part); the written-out attention exact as well. Without graphs: a kept graph bakes the choice in."""
+def test_flash_cross_attention_reads_the_clips_as_the_written_out_one_on_cuda(cuda_pair, clip_mel):
+    """Cross-attention through flash attention (the default on a GPU in half precision,
+    platform.prepare) against the written-out attention on the same GPU: the same text for all clips
+    but at most one (other sums, near-tied tokens may part); the written-out attention exact as
+    well. Without graphs: a kept graph bakes the choice in."""
     decoders = [cuda_pair.main.decoder, cuda_pair.assistant.decoder]
-    assert all(decoder.fused_attention for decoder in decoders)
+    assert all(decoder.flash_cross_attention for decoder in decoders)
     options = DecodingOptions(speculation="on", cuda_graphs=False)
-    fused = tokens_of(cuda_pair, clip_mel, main_alone(options))
+    flash = tokens_of(cuda_pair, clip_mel, main_alone(options))
     try:
         for decoder in decoders:
-            decoder.fused_attention = False
+            decoder.flash_cross_attention = False
         written_out = tokens_of(cuda_pair, clip_mel, main_alone(options))
         assert tokens_of(cuda_pair, clip_mel, options) == written_out
     finally:
         for decoder in decoders:
-            decoder.fused_attention = True
-    assert sum(a == b for a, b in zip(fused, written_out)) >= len(CLIPS) - 1
+            decoder.flash_cross_attention = True
+    assert sum(a == b for a, b in zip(flash, written_out)) >= len(CLIPS) - 1
 
 
 def test_adaptive_drafts_are_exact_on_cuda(cuda_pair, clip_mel):

@@ -30,8 +30,8 @@ def test_the_main_decoder_is_made_row_invariant_where_every_probe_finds_padding(
     # an assistant's drafts need not be exact: none of its own linears is padded, its attention is plain
     assert all(m.pad_rows == 0 for m in assistant.modules() if isinstance(m, Linear))
     assert assistant.exact_queries is None
-    # fused attention off CPU only (platform.prepare)
-    assert not main.fused_attention and not assistant.fused_attention
+    # flash cross-attention off CPU only (platform.prepare)
+    assert not main.flash_cross_attention and not assistant.flash_cross_attention
 
 
 def test_a_padded_linear_gives_each_row_its_one_row_result():

@@ -269,19 +269,6 @@ def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, 
     return torch.cat(rows, dim=-2)
 
 
-# fused attention's kernels, first choice first: cuDNN's, else flash's (without a mask: cross-attention),
-# else math, which runs anywhere; the memory-efficient kernel was the slowest (decisions, "Fused attention on GPUs")
-FUSED_ATTENTION_BACKENDS = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
-
-
-def attention_bias(blocked: Tensor, dtype: torch.dtype) -> Tensor:
-    """blocked as F.scaled_dot_product_attention's additive mask (-inf where blocked, else 0), its
-    rows laid out a multiple of 16 keys apart so the fused kernels take it without padding a copy."""
-    keys = blocked.shape[-1]
-    bias = torch.zeros(*blocked.shape[:-1], -(-keys // 16) * 16, dtype=dtype, device=blocked.device)
-    return bias[..., :keys].masked_fill_(blocked, float("-inf"))
-
-
 class DecoderAttention(nn.Module):
     """Causal self-attention (cached, by position) or cross-attention (keys from the encoder)."""
 
@@ -311,9 +298,9 @@ class DecoderAttention(nn.Module):
 
     def forward(self, x: Tensor, positions: Tensor, blocked: Tensor | None, exact_queries: int | None,
                 kv: "KVCache | tuple[Tensor, Tensor] | None", scores_out: list | None = None,
-                fused: bool = False) -> Tensor:
-        """kv: cross-attention's keys and values, or self-attention's cache (None: no cache); fused:
-        through F.scaled_dot_product_attention (Decoder.fused_attention), blocked then attention_bias'."""
+                flash: bool = False) -> Tensor:
+        """kv: cross-attention's keys and values, or self-attention's cache (None: no cache); flash:
+        cross-attention through flash attention's kernel (Decoder.flash_cross_attention)."""
         if self.cross:
             q = _split_heads(self.q(x), self.n_head)
             k, v = kv
@@ -323,9 +310,9 @@ class DecoderAttention(nn.Module):
                 kv.write(positions, k, v)
                 k, v = kv.k[:, :, : blocked.shape[-1]], kv.v[:, :, : blocked.shape[-1]]
             # without a cache (training, whole-sequence scoring) positions are 0..T-1 in every row
-        if fused:
-            with sdpa_kernel(FUSED_ATTENTION_BACKENDS, set_priority=True):
-                attn = F.scaled_dot_product_attention(cast(q, k.dtype), k, v, attn_mask=None if self.cross else blocked)
+        if flash and self.cross:
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                attn = F.scaled_dot_product_attention(cast(q, k.dtype), k, v)
         else:
             attn = _decoder_attention(cast(q, k.dtype), k, v, None if self.cross else blocked, exact_queries, scores_out)
         return self.out(cast(_merge_heads(attn), x.dtype))
@@ -343,9 +330,9 @@ class DecoderBlock(nn.Module):
 
     def forward(self, x: Tensor, positions: Tensor, blocked: Tensor, exact_queries: int | None,
                 cache: KVCache | None, cross: tuple[Tensor, Tensor], cross_scores: list | None = None,
-                fused: bool = False) -> Tensor:
-        x = x + self.attn(self.attn_ln(x), positions, blocked, exact_queries, cache, fused=fused)
-        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, exact_queries, cross, cross_scores, fused)
+                flash: bool = False) -> Tensor:
+        x = x + self.attn(self.attn_ln(x), positions, blocked, exact_queries, cache)
+        x = x + self.cross_attn(self.cross_attn_ln(x), positions, None, exact_queries, cross, cross_scores, flash)
         return x + self.mlp(self.mlp_ln(x))
 
 
@@ -391,9 +378,10 @@ class Decoder(nn.Module):
         # product a query), None: the main decoder on a device without row invariance, or an assistant
         self.exact_queries: int | None = None
         self.attention_dtype: torch.dtype | None = None  # keys, values and attention; None: the activation dtype (platform.prepare)
-        # attention through F.scaled_dot_product_attention, one kernel where written out it is seven: only
-        # where every main call has one shape (platform.prepare: not on CPU), as its result depends on it
-        self.fused_attention = False
+        # cross-attention through flash attention's kernel (split over the frames), where written out it is
+        # seven: only where every main call has one shape, as its result depends on the shape, and flash
+        # runs (platform.prepare: CUDA, half precision); decisions, "Flash cross-attention on GPUs"
+        self.flash_cross_attention = False
 
     @property
     def dtype(self) -> torch.dtype:
@@ -446,14 +434,12 @@ class Decoder(nn.Module):
         blocked = torch.arange(kv_len, device=x.device) > positions[:, None, :, None]
         # training, whole-sequence scoring and an assistant's drafts need no exactness across call shapes
         exact_queries = self.exact_queries if self_caches is not None and span is None else None
-        fused = self.fused_attention and cross_scores is None  # word timestamps read the written-out scores
-        if fused:
-            blocked = attention_bias(blocked, self.cache_dtype)
+        flash = self.flash_cross_attention and cross_scores is None  # word timestamps read the written-out scores
         x = x + self.positional_embedding[positions.clamp(max=self.dims.n_text_ctx - 1)]
         tapped = []
         for i, block in enumerate(self.blocks):
             cache = self_caches[i] if self_caches is not None else None
-            x = block(x, positions, blocked, exact_queries, cache, caches.cross[i], cross_scores, fused)
+            x = block(x, positions, blocked, exact_queries, cache, caches.cross[i], cross_scores, flash)
             if taps and i in taps:
                 tapped.append(x)
         return torch.cat([*tapped, self.ln(x)], dim=-1) if tapped else self.ln(x)

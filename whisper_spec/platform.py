@@ -15,7 +15,9 @@ import functools
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .model import Decoder, Encoder, Linear, attend, padded_rows
 from .quantize import (
@@ -205,8 +207,9 @@ def onednn_packed(weight: Tensor) -> Tensor | None:
 def prepare(module: nn.Module, device: torch.device) -> None:
     """Set a loaded encoder's or decoder's modules up for the device: a decoder's float32 CPU
     linears packed for oneDNN and its keys and values in float32 on CPU (whose half-precision
-    batched matmuls are unvectorised); off CPU (where no call is row-invariant anyway) its attention
-    fused and its tied vocabulary projection's rows aligned; a CPU encoder run one window a call.
+    batched matmuls are unvectorised); off CPU (where no call is row-invariant anyway) its
+    cross-attention through flash attention where that runs and its vocabulary projection's rows
+    aligned; a CPU encoder run one window a call.
     Idempotent; a packed copy does not follow later changes to its weight."""
     cpu = device.type == "cpu"
     for part in module.modules():
@@ -215,7 +218,7 @@ def prepare(module: nn.Module, device: torch.device) -> None:
                 if isinstance(linear, Linear) and linear.packed is None:
                     linear.packed = onednn_packed(linear.weight)
             part.attention_dtype = torch.float32 if cpu else None
-            part.fused_attention = not cpu
+            part.flash_cross_attention = flash_attention_runs(device, part.cache_dtype)
             if not cpu:
                 part.align_vocab_rows()
             # on CPU float32 too: the output projection's int8 activations (Int8Linear.int8_activations)
@@ -224,6 +227,21 @@ def prepare(module: nn.Module, device: torch.device) -> None:
             # batched passes page-fault their large activations, and a window's states would depend on
             # its batch (decisions, "One encoder window a call on CPU")
             part.one_window_a_call = cpu
+
+
+@functools.cache
+def flash_attention_runs(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether flash attention's kernel runs on this (non-CPU) device in dtype (half precision on
+    recent GPUs): tried once on a tiny input."""
+    if device.type == "cpu":
+        return False
+    q = torch.zeros(1, 1, 1, 64, device=device, dtype=dtype)
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(q, q, q)
+        return True
+    except RuntimeError:
+        return False
 
 
 # ---------------------------------------------------------------------------- row invariance

@@ -1,19 +1,18 @@
 """Where a decoding token's time goes on the GPU: main-only and speculative decoding of a few
-LibriSpeech clips at batch 1 under torch.profiler, as the GPU issue's starting point.
+LibriSpeech clips (batch 1 unless --batch) under torch.profiler, as the GPU issue's starting point.
 
 Reports, per mode: wall seconds, generated tokens, wall microseconds a token, GPU busy microseconds
 a token (kernels and copies on the device's timeline), host syncs (stream/event/device synchronize
 and device-to-host copies), kernel launches and graph replays a token, kernels run on the device a
 token (a graph's among them), the host operations and the device's kernels that take the most
 time, and whether speculative decoding wrote main-only's tokens. Per variant of the decoders:
-"fused" (the default off CPU: F.scaled_dot_product_attention, Decoder.fused_attention),
-"fused@cudnn", "fused@flash" (flash, then memory-efficient), "fused@efficient" (SDPA restricted
-to those kernels, math where they cannot run), "written-out" (the attention as CPU decoding runs it) and, with --compile,
-"fused+compiled" (each decoder's blocks through torch.compile, compiled at their first call, before
-any graph capture).
+"flash-cross" (the default on a GPU: cross-attention through flash attention,
+Decoder.flash_cross_attention), "written-out" (all attention as CPU decoding runs it) and, with
+--compile, "flash-cross+compiled" (each decoder's blocks through torch.compile, compiled at their
+first call, before any graph capture). The attention kernels alone: gpu_attention_kernels.py.
 Runs on CPU too (no device timeline there) to check the script.
 Usage: python benchmarks/experiments/gpu_step_profile.py --device cuda --output OUT.json [--clips 8]
-       [--batch 1] [--variants fused,written-out] [--compile]
+       [--batch 1] [--variants flash-cross,written-out] [--compile]
 """
 
 from __future__ import annotations
@@ -25,13 +24,12 @@ import time
 from pathlib import Path
 
 import torch
-from torch.nn.attention import SDPBackend
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import SPEECH, manifest_rows, write_report  # noqa: E402
 
-from whisper_spec import fixed_shapes, graphs, model  # noqa: E402
+from whisper_spec import fixed_shapes, graphs  # noqa: E402
 from whisper_spec.audio import load_audio  # noqa: E402
 from whisper_spec.decoding import decode_windows  # noqa: E402
 from whisper_spec.encoding import pair_features  # noqa: E402
@@ -81,21 +79,13 @@ def profile_mode(pair, mels, options) -> dict:
     }
 
 
-SDPA_BACKENDS = {"flash": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
-                 "efficient": [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
-                 "cudnn": [SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]}
-DEFAULT_BACKENDS = list(model.FUSED_ATTENTION_BACKENDS)
-
-
 def set_variant(pair, variant: str) -> None:
     """The pair's decoders as the variant has them; graphs captured for another variant dropped
     (a kept graph bakes its decoder's attention in)."""
     fixed_shapes._WHOLE_ROUNDS.clear()
     graphs._STEP_GRAPHS.clear()
-    backends = variant.removesuffix("+compiled").partition("@")[2]
-    model.FUSED_ATTENTION_BACKENDS = SDPA_BACKENDS[backends] if backends else DEFAULT_BACKENDS
     for decoder in (pair.main.decoder, pair.assistant.decoder):
-        decoder.fused_attention = variant != "written-out"
+        decoder.flash_cross_attention = not variant.startswith("written-out")
         if variant.endswith("+compiled"):
             # static shapes: a graph per decoder, width and batch size, more than the default limit of 8
             torch._dynamo.config.recompile_limit = 64
@@ -125,8 +115,8 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--clips", type=int, default=8)
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--variants", default="fused,written-out")
-    parser.add_argument("--compile", action="store_true", help="also the fused decoders through torch.compile")
+    parser.add_argument("--variants", default="flash-cross,written-out")
+    parser.add_argument("--compile", action="store_true", help="also the default decoders through torch.compile")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -134,7 +124,7 @@ def main() -> int:
     clips = [SPEECH / r["path"] for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
     mels = [pair_features(pair, [load_audio(path)])[0] for path in clips]
     batches = [torch.cat(mels[i : i + args.batch]) for i in range(0, len(mels), args.batch)]
-    variants = args.variants.split(",") + (["fused+compiled"] if args.compile else [])
+    variants = args.variants.split(",") + (["flash-cross+compiled"] if args.compile else [])
     report = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
               "clips": len(clips), "batch": args.batch, "variants": {}}
     def save():
