@@ -209,8 +209,8 @@ def prepare(module: nn.Module, device: torch.device) -> None:
     linears packed for oneDNN and its keys and values in float32 on CPU (whose half-precision
     batched matmuls are unvectorised); off CPU (where no call is row-invariant anyway) its
     cross-attention through flash attention where that runs and its vocabulary projection's rows
-    aligned; a CPU encoder run one window a call.
-    Idempotent; a packed copy does not follow later changes to its weight."""
+    aligned; a CPU encoder run one window a call. Idempotent; a packed copy does not follow later
+    changes to its weight."""
     cpu = device.type == "cpu"
     for part in module.modules():
         if isinstance(part, Decoder):

@@ -8,9 +8,11 @@ token (a graph's among them), the host operations and the device's kernels that 
 time, and whether speculative decoding wrote main-only's tokens. Per variant of the decoders:
 "flash-cross" (the default on a GPU: cross-attention through flash attention,
 Decoder.flash_cross_attention), "written-out" (all attention as CPU decoding runs it) and, with
---compile, "flash-cross+compiled" (each decoder's blocks through torch.compile, compiled at their
-first call, before any graph capture). The attention kernels alone: gpu_attention_kernels.py.
-Runs on CPU too (no device timeline there) to check the script.
+--compile, torch.compile of "flash-cross+compiled-blocks" (each decoder's blocks),
+"+compiled-steps" (the fixed-shape draft and verification steps: decoder, logits, rules, choice) and
+"+compiled-round" (those and the round's acceptance and bookkeeping). The attention kernels alone:
+gpu_attention_kernels.py. Runs on CPU too (no device timeline there; fixed-shape rounds and unpacked
+linears, as on a GPU and as the compiler takes them) to check the script.
 Usage: python benchmarks/experiments/gpu_step_profile.py --device cuda --output OUT.json [--clips 8]
        [--batch 1] [--variants flash-cross,written-out] [--compile]
 """
@@ -21,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -34,6 +37,7 @@ from whisper_spec.audio import load_audio  # noqa: E402
 from whisper_spec.decoding import decode_windows  # noqa: E402
 from whisper_spec.encoding import pair_features  # noqa: E402
 from whisper_spec.load import load_pair  # noqa: E402
+from whisper_spec.model import Linear  # noqa: E402
 from whisper_spec.options import DecodingOptions  # noqa: E402
 from whisper_spec.platform import synchronize  # noqa: E402
 
@@ -79,16 +83,27 @@ def profile_mode(pair, mels, options) -> dict:
     }
 
 
+# what "+compiled-steps" and "+compiled-round" put through torch.compile, by their names in fixed_shapes
+COMPILED_STEPS = ("verify_step", "draft_step")
+COMPILED_ROUND = COMPILED_STEPS + ("fixed_scored", "fixed_accept", "fixed_logprobs", "advance")
+_EAGER = {name: getattr(fixed_shapes, name) for name in COMPILED_ROUND}
+
+
 def set_variant(pair, variant: str) -> None:
-    """The pair's decoders as the variant has them; graphs captured for another variant dropped
-    (a kept graph bakes its decoder's attention in)."""
+    """The pair's decoders and round functions as the variant has them; graphs captured for another
+    variant dropped (a kept graph bakes its decoder's attention in). Compiled: default mode, static
+    shapes (a graph per function, width and batch size), compiled at the first call, which comes
+    before any graph capture (the capture's warm-up)."""
     fixed_shapes._WHOLE_ROUNDS.clear()
     graphs._STEP_GRAPHS.clear()
+    torch._dynamo.config.recompile_limit = 64
+    compiled = variant.partition("+")[2]
+    for name, function in _EAGER.items():
+        chosen = compiled == "compiled-steps" and name in COMPILED_STEPS or compiled == "compiled-round"
+        setattr(fixed_shapes, name, torch.compile(function, dynamic=False) if chosen else function)
     for decoder in (pair.main.decoder, pair.assistant.decoder):
         decoder.flash_cross_attention = not variant.startswith("written-out")
-        if variant.endswith("+compiled"):
-            # static shapes: a graph per decoder, width and batch size, more than the default limit of 8
-            torch._dynamo.config.recompile_limit = 64
+        if compiled == "compiled-blocks":
             decoder.through_blocks = torch.compile(decoder.through_blocks, dynamic=False)
         else:
             vars(decoder).pop("through_blocks", None)
@@ -116,15 +131,22 @@ def main() -> int:
     parser.add_argument("--clips", type=int, default=8)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--variants", default="flash-cross,written-out")
-    parser.add_argument("--compile", action="store_true", help="also the default decoders through torch.compile")
+    parser.add_argument("--compile", action="store_true",
+                        help="also the default decoders' blocks, steps and whole rounds through torch.compile")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
     pair = load_pair("base", "default", device=device, dtype="float16" if device.type == "cuda" else "float32")
+    if device.type == "cpu":  # the GPU's code path: fixed-shape rounds, plain linears
+        pair.platform = replace(pair.platform, row_invariant=False)
+        for module in (*pair.main.decoder.modules(), *pair.assistant.decoder.modules()):
+            if isinstance(module, Linear):
+                module.packed = None
     clips = [SPEECH / r["path"] for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
     mels = [pair_features(pair, [load_audio(path)])[0] for path in clips]
     batches = [torch.cat(mels[i : i + args.batch]) for i in range(0, len(mels), args.batch)]
-    variants = args.variants.split(",") + (["flash-cross+compiled"] if args.compile else [])
+    variants = args.variants.split(",") + ([f"flash-cross+compiled-{what}" for what in ("blocks", "steps", "round")]
+                                           if args.compile else [])
     report = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
               "clips": len(clips), "batch": args.batch, "variants": {}}
     def save():
