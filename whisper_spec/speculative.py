@@ -282,35 +282,37 @@ def advance(context: Context, state: State, k: int, round_drafts: Tensor, n_acce
     """Append each row's kept drafts and next token, end rows at EOT or max_length, roll the
     cache extents back to what was kept, count, (logprobs: token_logprobs) record the kept tokens'
     log-probabilities, and (adapt: after a round that drafted) adapt the draft lengths."""
+    # few ops, each value computed once: on a GPU every op is a kernel of the round's graph
     tokens, length, eot = state.tokens, state.length, context.main.special.eot
     active = ~state.done
     steps = torch.arange(k + 1, device=tokens.device)
-    tokens[torch.arange(len(tokens), device=tokens.device), length + n_accepted] = next_token
+    kept = length + n_accepted  # where each row's next token goes
+    tokens.scatter_(1, kept[:, None], next_token[:, None])
     new = n_accepted + 1
     is_eot = (tokens.gather(1, length[:, None] + steps) == eot) & (steps < new[:, None])
     ended = is_eot.any(dim=1)
     new = torch.where(ended, is_eot.long().argmax(dim=1) + 1, new)
     new = torch.where(active, torch.minimum(new, context.max_length - length), 0)
+    new_length = length + new
+    at_max = new_length >= context.max_length
 
     # drafts past a row's end (EOT or max length) are not counted as drafted
-    finishing = ended | (length + new >= context.max_length)
-    drafted = torch.where(finishing, torch.minimum(round_drafts, new), round_drafts) * active
+    drafted = torch.where(ended | at_max, torch.minimum(round_drafts, new), round_drafts) * active
     accepted = torch.minimum(n_accepted, drafted)
-    state.counts += torch.stack([drafted, accepted, new, active.long(), k * active.long()], dim=1)
-    state.by_position[0, :, :k] += drafted[:, None] > steps[:k]
-    state.by_position[1, :, :k] += accepted[:, None] > steps[:k]
+    live = active.long()
+    state.counts += torch.stack([drafted, accepted, new, live, k * live], dim=1)
+    state.by_position[:, :, :k] += torch.stack([drafted, accepted])[:, :, None] > steps[:k]
     if logprobs is not None:  # positions past the row's new end get zeros, overwritten by later rounds
         # where, not a product: a rejected draft the rules forbid has log-probability -inf, and -inf * 0 is nan
         state.logprobs.scatter_(1, length[:, None] + steps, torch.where(steps < new[:, None], logprobs, 0.0))
 
     # in place, as every update of the state: a captured round (RoundGraph) reads and writes these tensors
-    state.main_cached.copy_(torch.where(active, length + n_accepted, state.main_cached))
+    state.main_cached.copy_(torch.where(active, kept, state.main_cached))
     # a draft head keeps its entries made from its own guesses of the hidden states: reading the accepted
     # drafts again with the main model's did not pay (decisions, "Draft heads")
-    state.assistant_cached.copy_(torch.minimum(state.assistant_cached, length + n_accepted))
-    new_length = length + new
-    state.hit_max |= active & ~ended & (new_length >= context.max_length)
-    state.done |= ended | (new_length >= context.max_length)
+    state.assistant_cached.copy_(torch.minimum(state.assistant_cached, kept))
+    state.hit_max |= active & ~ended & at_max
+    state.done |= ended | at_max
     state.length.copy_(new_length)
     if adapt and context.options.adaptive_draft and context.assistant is not None:
         grown = torch.where(n_accepted >= round_drafts, state.draft_length + 2, (state.draft_length - 1).clamp(min=1))
