@@ -2,14 +2,16 @@
 # The GPU check in one command: on a CUDA machine, in about 7 minutes (H200), everything under OUT:
 #   cuda_tests.txt  pytest -m cuda: speculative == main-only in float16 and bfloat16 at batch 1-16 (real
 #                   base + shipped assistant; random models at 1-4), text and timestamps, CUDA graphs
-#                   against eager, a kept round graph replaying another batch,
+#                   against eager, a kept round graph replaying another batch, flash cross-attention
+#                   against written out,
 #                   the int8 kernel on CUDA, a pre-quantized directory building no float decoder weight
 #   librispeech/    whisper-spec bench on the 78 LibriSpeech clips, --device cuda, float16 and --int8,
 #                   batch 1 and 4, with the transformers and faster-whisper peers where installed
 #   wide_batches/   the same clips in float16 at batch 8 and 16, main-only against speculative
 #   memory.json     GPU memory of the loaded pair and peak while decoding, float16 against int8
-#   step_profile.json  where a token's time goes at batch 1 under torch.profiler: host work, syncs,
-#                   kernels a token and the device's costliest kernels (benchmarks/experiments/gpu_step_profile.py)
+#   step_profile.json  where a token's time goes at batch 1 under torch.profiler, flash cross-attention
+#                   and written out: host work, syncs, kernels a token and the device's costliest
+#                   kernels (benchmarks/experiments/gpu_step_profile.py; --compile there adds torch.compile)
 #   summary.md      one table of all of it, with the targets (also printed)
 # Usage:
 #   benchmarks/gpu.sh [OUT]        default OUT: benchmarks/results/gpu_<GPU name>
