@@ -9,7 +9,7 @@ from whisper_spec.caches import BatchCaches
 from whisper_spec.decoding import _context
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
-from whisper_spec.rules import LogitRules
+from whisper_spec.rules import KEPT_RULES, LogitRules
 from whisper_spec.sampling import position_uniforms, row_seeds, sample_tokens
 from whisper_spec.speculative import accept, accept_greedy, advance, initial_state
 
@@ -134,3 +134,21 @@ def test_a_rows_text_does_not_end_before_its_timestamps_reach_its_end_floor():
     assert logits[:, special.eot].isfinite().tolist() == [True, True, False]
     # nothing else changes: the row held open may go on in words or close its segment
     assert torch.equal(logits[2].isfinite(), logits[0].isfinite().index_fill(0, torch.tensor([special.eot]), False))
+
+
+def test_logit_rules_are_made_once_per_model_prompt_and_vocabulary():
+    """Every pass asks for its rules (decoding._context): the same arguments get the same rules
+    object, other arguments (prompt length, timestamps, a draft vocabulary) their own, and the
+    least recently used are dropped past KEPT_RULES."""
+    special = random_model(0).special
+    first = LogitRules.kept(special, RANDOM_DIMS.n_vocab, 3, True, CPU)
+    assert LogitRules.kept(special, RANDOM_DIMS.n_vocab, 3, True, CPU) is first
+    vocab = torch.arange(special.timestamp_begin - 20, RANDOM_DIMS.n_vocab)
+    others = [LogitRules.kept(special, RANDOM_DIMS.n_vocab, 4, True, CPU),
+              LogitRules.kept(special, RANDOM_DIMS.n_vocab, 3, False, CPU),
+              LogitRules.kept(special, RANDOM_DIMS.n_vocab, 3, True, CPU, vocab=vocab)]
+    assert len({id(r) for r in [first, *others]}) == 4
+    assert others[2].vocab is vocab and others[1].timestamps is False
+    for length in range(5, 5 + KEPT_RULES):
+        LogitRules.kept(special, RANDOM_DIMS.n_vocab, length, True, CPU)
+    assert LogitRules.kept(special, RANDOM_DIMS.n_vocab, 3, True, CPU) is not first

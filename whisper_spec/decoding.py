@@ -156,10 +156,10 @@ def _context(platform, main, assistant, options, temperature, seeds, floors, lan
              caches, graphs) -> Context:
     special = main.special
     prompt_length = len(special.prompt(languages[0], options.task, options.timestamps))
-    rules = LogitRules(special, main.dims.n_vocab, prompt_length, options.timestamps, device)
+    rules = LogitRules.kept(special, main.dims.n_vocab, prompt_length, options.timestamps, device)
     # an assistant with a draft vocabulary gets its rules and argmax on those columns only
     draft_vocab = assistant.decoder.draft_vocab if assistant is not None else None
-    draft_rules = rules if draft_vocab is None else LogitRules(
+    draft_rules = rules if draft_vocab is None else LogitRules.kept(
         special, main.dims.n_vocab, prompt_length, options.timestamps, device, vocab=draft_vocab)
     seeds = row_seeds(options.seed, seeds, device)
     floor_tokens = [special.timestamp_begin + round(max(seconds, 0.0) / TIME_PRECISION) for seconds in floors]

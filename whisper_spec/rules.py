@@ -8,6 +8,7 @@ from torch import Tensor
 from .tokenizer import SpecialTokens
 
 NEG_INF = float("-inf")
+KEPT_RULES = 16  # LogitRules.kept: rules of recent (model, prompt length, timestamps, device, vocabulary)
 
 
 class LogitRules:
@@ -36,6 +37,20 @@ class LogitRules:
         self.begin_suppress = torch.isin(
             self.vocab, torch.tensor(special.begin_suppress, dtype=torch.long, device=device)
         )
+
+    @classmethod
+    def kept(cls, special: SpecialTokens, n_vocab: int, sample_begin: int, timestamps: bool, device,
+             vocab: Tensor | None = None) -> "LogitRules":
+        """The rules for these arguments, made at first use and kept (the most recent KEPT_RULES): making
+        them takes vocabulary-wide ops and a host read, ~1.3 ms on CPU, and every decoding pass needs
+        them (twice with a draft vocabulary). Keyed by identity of special and vocab, which the rules
+        hold, so a key's objects stay alive while it is kept."""
+        key = (id(special), n_vocab, sample_begin, timestamps, str(device), None if vocab is None else id(vocab))
+        rules = _KEPT.pop(key, None) or cls(special, n_vocab, sample_begin, timestamps, device, vocab)
+        _KEPT[key] = rules
+        if len(_KEPT) > KEPT_RULES:
+            _KEPT.pop(next(iter(_KEPT)))
+        return rules
 
     def __call__(self, logits: Tensor, tokens: Tensor, lengths: Tensor, end_floors: Tensor) -> Tensor:
         """logits: [N, vocab] for the token after the first lengths[n] tokens of tokens[n] ([N, ctx]);
@@ -88,3 +103,6 @@ class LogitRules:
         ts_mass = logprobs[:, self.first_timestamp :].logsumexp(dim=-1)
         best_text = logprobs[:, : self.first_timestamp].max(dim=-1).values
         return logits.masked_fill((ts_mass > best_text)[:, None] & ~is_ts_vocab, NEG_INF)
+
+
+_KEPT: dict[tuple, LogitRules] = {}  # LogitRules.kept's, least recently used first
