@@ -41,11 +41,16 @@ def parse_args(parser, **dry):
     return args
 
 
-def write_report(report: dict, output: Path | None) -> int:
-    """Print the report as JSON and write it to output when given."""
+def save_report(report: dict, output: Path | None) -> None:
+    """Write the report as JSON to output when given."""
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def write_report(report: dict, output: Path | None) -> int:
+    """Print the report as JSON and write it to output when given."""
+    save_report(report, output)
     print(json.dumps(report, indent=2))
     return 0
 

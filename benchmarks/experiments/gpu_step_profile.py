@@ -20,7 +20,7 @@ Usage: python benchmarks/experiments/gpu_step_profile.py --device cuda --output 
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import sys
 import time
 from dataclasses import replace
@@ -30,7 +30,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import SPEECH, manifest_rows, write_report  # noqa: E402
+from _common import SPEECH, manifest_rows, save_report, write_report  # noqa: E402
 
 from whisper_spec import fixed_shapes, graphs  # noqa: E402
 from whisper_spec.audio import load_audio  # noqa: E402
@@ -149,15 +149,10 @@ def main() -> int:
                                            if args.compile else [])
     report = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
               "clips": len(clips), "batch": args.batch, "variants": {}}
-    def save():
-        if args.output:
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            args.output.write_text(json.dumps(report, indent=2) + "\n")
-
     for variant in variants:
         entry = report["variants"][variant] = {}
         try:
-            profile_variant(pair, batches, variant, entry, save)
+            profile_variant(pair, batches, variant, entry, functools.partial(save_report, report, args.output))
         except Exception as error:  # noqa: BLE001 - a variant that fails (a compiler error) is reported, the rest run
             entry["error"] = f"{type(error).__name__}: {str(error)[:2000]}"
     return write_report(report, args.output)
