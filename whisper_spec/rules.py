@@ -42,9 +42,9 @@ class LogitRules:
     def kept(cls, special: SpecialTokens, n_vocab: int, sample_begin: int, timestamps: bool, device,
              vocab: Tensor | None = None) -> "LogitRules":
         """The rules for these arguments, made at first use and kept (the most recent KEPT_RULES): making
-        them takes vocabulary-wide ops and a host read, ~1.3 ms on CPU, and every decoding pass needs
-        them (twice with a draft vocabulary). Keyed by identity of special and vocab, which the rules
-        hold, so a key's objects stay alive while it is kept."""
+        them takes vocabulary-wide ops and a host read, and every decoding pass needs them (twice with a
+        draft vocabulary). Keyed by identity of special and vocab, which the rules hold, so a key's
+        objects stay alive while it is kept."""
         key = (id(special), n_vocab, sample_begin, timestamps, str(device), None if vocab is None else id(vocab))
         rules = _KEPT.pop(key, None) or cls(special, n_vocab, sample_begin, timestamps, device, vocab)
         _KEPT[key] = rules
