@@ -9,6 +9,7 @@ from whisper_spec.caches import BatchCaches
 from whisper_spec.decoding import _context
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
+from whisper_spec.kept import Kept
 from whisper_spec.rules import KEPT_RULES, LogitRules
 from whisper_spec.sampling import position_uniforms, row_seeds, sample_tokens
 from whisper_spec.speculative import accept, accept_greedy, advance, initial_state
@@ -152,3 +153,15 @@ def test_logit_rules_are_made_once_per_model_prompt_and_vocabulary():
     for length in range(5, 5 + KEPT_RULES):
         LogitRules.kept(special, RANDOM_DIMS.n_vocab, length, True, CPU)
     assert LogitRules.kept(special, RANDOM_DIMS.n_vocab, 3, True, CPU) is not first
+
+
+def test_kept_drops_the_least_recently_used():
+    """The store behind kept caches, rules and round graphs: an entry used again outlives one
+    kept later and not used since, and make() runs only where an entry is missing."""
+    kept, made = Kept(2), []
+    for key in "ab":
+        kept.get(key, lambda key=key: made.append(key) or key.upper())
+    assert kept.recall("a") == "A" and kept.newest() == "a"
+    assert kept.get("c", lambda: "C") == "C"
+    assert "b" not in kept and kept.recall("b") is None and len(kept) == 2
+    assert kept.get("a", lambda: "again") == "A" and made == ["a", "b"]

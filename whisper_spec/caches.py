@@ -4,30 +4,24 @@ states of the batch (encoding.Encoded) and self-attention caches, and which rows
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict
 
 import torch
 from torch import Tensor
 
+from .kept import Kept
 from .model import CrossStates, Decoder, DecoderCaches, KVCache
 
 # per decoder and batch shape, the self-attention caches and (stable) cross-attention states of its
 # last batch of that shape, most recently used last: a job alternating batch sizes (the bench
 # interleaves batch 1 and 4) finds each shape's buffers, and CUDA graphs captured on them, again
 KEPT_SHAPES = 4
-_KEPT_CACHES: "weakref.WeakKeyDictionary[Decoder, OrderedDict[tuple, list[KVCache]]]" = weakref.WeakKeyDictionary()
-_KEPT_CROSS: "weakref.WeakKeyDictionary[Decoder, OrderedDict[tuple, CrossStates]]" = weakref.WeakKeyDictionary()
+_KEPT_CACHES: "weakref.WeakKeyDictionary[Decoder, Kept[list[KVCache]]]" = weakref.WeakKeyDictionary()
+_KEPT_CROSS: "weakref.WeakKeyDictionary[Decoder, Kept[CrossStates]]" = weakref.WeakKeyDictionary()
 
 
 def _kept(store: weakref.WeakKeyDictionary, decoder: Decoder, shape: tuple, make):
-    """The decoder's buffers of this shape from store, made (and the oldest shape dropped) where missing."""
-    shapes = store.setdefault(decoder, OrderedDict())
-    if shape not in shapes:
-        if len(shapes) == KEPT_SHAPES:
-            shapes.popitem(last=False)
-        shapes[shape] = make()
-    shapes.move_to_end(shape)
-    return shapes[shape]
+    """The decoder's buffers of this shape from store, made where missing."""
+    return store.setdefault(decoder, Kept(KEPT_SHAPES)).get(shape, make)
 
 
 def self_attention_caches(decoder: Decoder, batch: int, n_ctx: int) -> list[KVCache]:
@@ -40,7 +34,7 @@ def self_attention_caches(decoder: Decoder, batch: int, n_ctx: int) -> list[KVCa
 def kept_cache_length(decoder: Decoder) -> int | None:
     """The positions of the decoder's most recently used self-attention caches (None: it has none)."""
     shapes = _KEPT_CACHES.get(decoder)
-    return next(reversed(shapes))[1] if shapes else None
+    return shapes.newest()[1] if shapes else None
 
 
 def stable_cross(decoder: Decoder, cross: CrossStates) -> CrossStates:

@@ -6,7 +6,6 @@ nothing back to the host, so that CUDA graphs can capture its steps, or the whol
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 from dataclasses import dataclass, fields
 
 import torch
@@ -14,6 +13,7 @@ from torch import Tensor
 
 from .caches import BatchCaches
 from .graphs import RoundGraph, buffer_layout, capture_round, step_graphs
+from .kept import Kept
 from .model import DecoderCaches
 from .pair import Whisper
 from .rules import LogitRules
@@ -96,7 +96,7 @@ class WholeRounds:
 # round and the capture, more than a short window's few rounds save, so a job's batches of one
 # configuration share a graph
 KEPT_WHOLE_ROUNDS = 8
-_WHOLE_ROUNDS: OrderedDict[tuple, WholeRounds] = OrderedDict()
+_WHOLE_ROUNDS: Kept[WholeRounds] = Kept(KEPT_WHOLE_ROUNDS)
 
 
 def whole_rounds(context: Context, state: State, k: int) -> WholeRounds | None:
@@ -104,16 +104,10 @@ def whole_rounds(context: Context, state: State, k: int) -> WholeRounds | None:
     configuration has one (the batch's values copied into its context and state, then a replay),
     else one captured on this batch (this round is its warm-up). None where the capture fails."""
     key = round_key(context, state, k)
-    rounds = _WHOLE_ROUNDS.get(key)
+    rounds = _WHOLE_ROUNDS.recall(key)
     if rounds is None:
         graph = capture_round(functools.partial(fixed_round, context, state, k, first=False, direct=True))
-        if graph is None:
-            return None
-        if len(_WHOLE_ROUNDS) == KEPT_WHOLE_ROUNDS:
-            _WHOLE_ROUNDS.popitem(last=False)
-        rounds = _WHOLE_ROUNDS[key] = WholeRounds(context, state, graph)
-        return rounds
-    _WHOLE_ROUNDS.move_to_end(key)
+        return None if graph is None else _WHOLE_ROUNDS.keep(key, WholeRounds(context, state, graph))
     for kept, new in ((rounds.context, context), (rounds.state, state)):
         for field in fields(new):
             if isinstance(getattr(new, field.name), Tensor):

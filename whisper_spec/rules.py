@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .kept import Kept
 from .tokenizer import SpecialTokens
 
 NEG_INF = float("-inf")
@@ -46,11 +47,7 @@ class LogitRules:
         draft vocabulary). Keyed by identity of special and vocab, which the rules hold, so a key's
         objects stay alive while it is kept."""
         key = (id(special), n_vocab, sample_begin, timestamps, str(device), None if vocab is None else id(vocab))
-        rules = _KEPT.pop(key, None) or cls(special, n_vocab, sample_begin, timestamps, device, vocab)
-        _KEPT[key] = rules
-        if len(_KEPT) > KEPT_RULES:
-            _KEPT.pop(next(iter(_KEPT)))
-        return rules
+        return _KEPT.get(key, lambda: cls(special, n_vocab, sample_begin, timestamps, device, vocab))
 
     def __call__(self, logits: Tensor, tokens: Tensor, lengths: Tensor, end_floors: Tensor) -> Tensor:
         """logits: [N, vocab] for the token after the first lengths[n] tokens of tokens[n] ([N, ctx]);
@@ -105,4 +102,4 @@ class LogitRules:
         return logits.masked_fill((ts_mass > best_text)[:, None] & ~is_ts_vocab, NEG_INF)
 
 
-_KEPT: dict[tuple, LogitRules] = {}  # LogitRules.kept's, least recently used first
+_KEPT: Kept[LogitRules] = Kept(KEPT_RULES)
