@@ -484,10 +484,13 @@ class DraftHead(Decoder):
     embedding, output rows and cross-attention key/value projections (pair.share_main_modules).
 
     With feature_layers (EAGLE-3), what it reads at a verified position is the outputs of those main
-    decoder blocks and the final hidden state, concatenated and reduced to d_model (head_input)."""
+    decoder blocks and the final hidden state, concatenated and reduced to d_model (head_input).
+    What it reads is layer-normed before the fusion (feature_ln, as EAGLE-3's hidden_norm): Whisper's
+    final hidden states are far from unit scale (docs/decisions.md, "Draft heads")."""
 
     def __init__(self, dims: ModelDims, feature_layers: tuple[int, ...] = ()):
         super().__init__(dims)
+        self.feature_ln = nn.LayerNorm(dims.d_model)
         self.fuse = Linear(2 * dims.d_model, dims.d_model)
         self.feature_layers = tuple(feature_layers)
         self.reduce = Linear((len(self.feature_layers) + 1) * dims.d_model, dims.d_model) if self.feature_layers else None
@@ -502,5 +505,5 @@ class DraftHead(Decoder):
         """Decoder.features, given before [batch, T, d_model]: the main decoder's final hidden state
         at each position minus one (zeros at position 0), or the head's own prediction of it."""
         embedded = cast(self.token_embedding(tokens), self.dtype)
-        x = self.fuse(torch.cat([cast(before, self.dtype), embedded], dim=-1))
+        x = self.fuse(torch.cat([self.feature_ln(cast(before, self.dtype)), embedded], dim=-1))
         return self.through_blocks(x, positions, caches, span, cross_scores)
