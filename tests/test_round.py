@@ -7,9 +7,9 @@ from conftest import RANDOM_DIMS, perturbed_decoder, random_model
 
 from whisper_spec.caches import BatchCaches
 from whisper_spec.decoding import _context
+from whisper_spec.kept import Kept
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
-from whisper_spec.kept import Kept
 from whisper_spec.rules import KEPT_RULES, LogitRules
 from whisper_spec.sampling import position_uniforms, row_seeds, sample_tokens
 from whisper_spec.speculative import accept, accept_greedy, advance, initial_state
