@@ -252,7 +252,8 @@ def cmd_distill(args) -> int:
     init_layers = tuple(int(i) for i in args.init_layers.split(",")) if args.init_layers else None
     head_features = tuple(int(i) for i in args.head_features.split(",")) if args.head_features else ()
     options = _options(
-        DistillOptions, layers=len(init_layers) if init_layers else args.layers, init_layers=init_layers, head=args.head,
+        DistillOptions, layers=len(init_layers) if init_layers else args.layers, init_layers=init_layers,
+        init_assistant=str(args.init_assistant) if args.init_assistant else None, head=args.head,
         hidden_weight=args.hidden_weight, head_features=head_features, head_test_depth=args.head_test_depth,
         draft_vocab=args.draft_vocab, steps=args.steps, batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, held_out=args.held_out,

@@ -261,6 +261,10 @@ def _add_distill_parser(sub) -> None:
                             "losses (default: %(default)s)")
     train.add_argument("--init-layers", default=None,
                        help="comma-separated main layers to start from (default: spread, first and last kept)")
+    train.add_argument("--init-assistant", default=None, type=Path, metavar="DIR",
+                       help="a distilled assistant to start from (its layers and draft vocabulary), e.g. a draft head of "
+                            "--layers as many layers that starts as that assistant and learns to read the main "
+                            "decoder's hidden states too")
     train.add_argument("--draft-vocab", type=int, default=DistillOptions.draft_vocab,
                        help="tokens the assistant can draft, timestamps included (default: %(default)s)")
     train.add_argument("--steps", type=int, default=DistillOptions.steps, help="optimizer steps (default: %(default)s)")

@@ -2,6 +2,7 @@
 their directory, and exact in both implementations of the round, at batch 1 and 4, greedy and sampling."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -10,9 +11,10 @@ from test_fixed_shapes import OPTIONS as ROUND_OPTIONS
 from test_fixed_shapes import fixed_shapes
 
 from whisper_spec.decoding import decode_windows
+from whisper_spec.distill.student import build_student
 from whisper_spec.distill.train import distill
 from whisper_spec.load import load_distilled
-from whisper_spec.model import DraftHead
+from whisper_spec.model import DecoderCaches, DraftHead
 from whisper_spec.options import DecodingOptions, DistillOptions
 from whisper_spec.pair import WhisperPair
 from whisper_spec.speculative import hidden_before
@@ -81,3 +83,42 @@ def test_a_distilled_head_learns_the_main_model_and_stays_exact(clips, tmp_path,
             drafted, stats = decode_windows(decoding, mel, options)
             assert [r.tokens for r in drafted] == [r.tokens for r in alone]
             assert stats.accepted > 0
+
+
+def test_a_head_started_from_an_assistant_starts_as_it(clips, tmp_path):
+    """--init-assistant: the head's layers, draft vocabulary and cross-attention sources are the
+    assistant's, and before training it drafts what the assistant does whatever hidden states it reads."""
+    main = random_model(3, eot_bias=0.5)
+    pair = WhisperPair(main, None, CPU, torch.float32)
+    common = dict(steps=6, batch_size=4, eval_every=6, checkpoint_every=6, held_out=0.34, draft_vocab=90, top_k=4,
+                  learning_rate=3e-3, warmup_steps=3)
+    distill(pair, str(clips), tmp_path / "assistant", DistillOptions(layers=2, **common), cache=tmp_path / "cache")
+    assistant = load_distilled(tmp_path / "assistant", main, torch.float32, "cpu").decoder
+
+    student = build_student(main, assistant.cross_source, assistant.draft_vocab, head=True, head_features=(0,),
+                            start=assistant)
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 90, (2, 7))
+    positions = torch.arange(7).expand_as(tokens)
+    cross = main.decoder.cross_states(main.encoder(torch.randn(2, 80, 3000)))
+    hidden = torch.randn(2, 7, 2 * main.dims.d_model) * 10
+    with torch.no_grad():
+        expected = assistant.features(tokens, positions, DecoderCaches(assistant.cross_states(None, cross)))
+        got = student.features(tokens, positions, DecoderCaches(student.cross_states(None, cross)),
+                               before=hidden_before(student.head_input(hidden), positions))
+    torch.testing.assert_close(got, expected)
+
+    options = DistillOptions(layers=2, head=True, init_assistant=str(tmp_path / "assistant"), **common)
+    distill(pair, str(clips), tmp_path / "head", options, cache=tmp_path / "cache")
+    config = json.loads((tmp_path / "head" / "assistant.json").read_text())
+    assert config["kind"] == "head" and config["layers_from_main"] == assistant.cross_source
+    head = load_distilled(tmp_path / "head", main, torch.float32, "cpu").decoder
+    assert torch.equal(head.draft_vocab, assistant.draft_vocab)
+
+    with pytest.raises(ValueError, match="an assistant of 2 layers, where layers is 1"):
+        distill(pair, str(clips), tmp_path / "wrong", replace(options, layers=1), cache=tmp_path / "cache")
+    with pytest.raises(ValueError, match="a draft head; training starts from a decoder assistant"):
+        distill(pair, str(clips), tmp_path / "wrong", replace(options, init_assistant=str(tmp_path / "head")),
+                cache=tmp_path / "cache")
+    with pytest.raises(ValueError, match="give one"):
+        DistillOptions(layers=2, init_layers=(0, 1), init_assistant=str(tmp_path / "assistant"))

@@ -126,6 +126,8 @@ class DistillOptions:
     # first do (EAGLE-3's training-time test); k drafts read k - 1 generations of them
     head_test_depth: int = 1
     init_layers: tuple[int, ...] | None = None  # main layers to start from; default: spread, first and last kept
+    # a distilled assistant (decoder kind) whose layers and draft vocabulary to start from instead
+    init_assistant: str | None = None
     draft_vocab: int = 16384  # tokens the assistant can draft (timestamps and EOT included)
     steps: int = 1000
     batch_size: int = 16
@@ -145,6 +147,8 @@ class DistillOptions:
     seed: int = 0
 
     def __post_init__(self):
+        if self.init_layers is not None and self.init_assistant is not None:
+            raise ValueError("init_layers and init_assistant both name what to start from: give one")
         if self.init_layers is not None and len(self.init_layers) != self.layers:
             raise ValueError(f"init_layers names {len(self.init_layers)} layers, layers is {self.layers}")
         if self.layers < 1 or self.steps < 1 or self.batch_size < 1 or not 0 <= self.held_out < 1:

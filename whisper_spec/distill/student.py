@@ -53,28 +53,35 @@ def choose_draft_vocab(main: Whisper, examples: list[Example], size: int) -> tor
 
 
 def build_student(main: Whisper, init_layers: list[int], draft_vocab: torch.Tensor, head: bool = False,
-                  head_features: tuple[int, ...] = ()) -> Decoder:
+                  head_features: tuple[int, ...] = (), start: Decoder | None = None) -> Decoder:
     """An assistant decoder (head: a model.DraftHead reading head_features too) initialised from the
-    main one. What it shares with the main model (token embedding, output rows, cross-attention
-    key/value projections) is the main model's own frozen modules; the rest is a trainable float32
-    copy of the chosen layers. A head's fusion starts by passing the token's embedding, the hidden
-    state's half small; its reduction of the main layers' outputs, by passing the final hidden state."""
+    main one's init_layers, or from start, a distilled assistant of the main model whose layers came
+    from init_layers. What it shares with the main model (token embedding, output rows,
+    cross-attention key/value projections) is the main model's own frozen modules; the rest is a
+    trainable float32 copy. A head starts as the layers it was copied from reading its token alone:
+    its fusion passes the token's embedding (the hidden state's half zero, the normed state at the
+    embedding's scale) and its reduction of the main layers' outputs passes the final hidden state."""
     dims = replace(main.dims, n_text_layer=len(init_layers))
     student = DraftHead(dims, head_features) if head else Decoder(dims)
     if head:
         with torch.no_grad():
             d = dims.d_model
-            student.fuse.weight[:, :d].normal_(0, 0.02 / d**0.5)
+            # the hidden state enters at the token embedding's scale: an optimizer step moves the zero half's
+            # weights by about the learning rate, which on unit-scale input would swamp the token's side
+            student.feature_ln.weight.fill_(main.decoder.token_embedding.weight.float().pow(2).mean().sqrt().item())
+            student.fuse.weight.zero_()
             student.fuse.weight[:, d:].copy_(torch.eye(d))
             student.fuse.bias.zero_()
             if student.reduce is not None:
                 student.reduce.weight.zero_()
                 student.reduce.weight[:, -d:].copy_(torch.eye(d))
                 student.reduce.bias.zero_()
-    student.positional_embedding = torch.nn.Parameter(main.decoder.positional_embedding.detach().float().clone())
-    student.ln.load_state_dict({k: v.float() for k, v in main.decoder.ln.state_dict().items()})
-    for block, layer in zip(student.blocks, init_layers):
-        block.load_state_dict({k: v.float() for k, v in main.decoder.blocks[layer].state_dict().items()})
+    origin = start if start is not None else main.decoder
+    blocks = origin.blocks if start is not None else [main.decoder.blocks[layer] for layer in init_layers]
+    student.positional_embedding = torch.nn.Parameter(origin.positional_embedding.detach().float().clone())
+    student.ln.load_state_dict({k: v.float() for k, v in origin.ln.state_dict().items()})
+    for block, source in zip(student.blocks, blocks):
+        block.load_state_dict({k: v.float() for k, v in source.state_dict().items()})
     share_main_modules(student, main.decoder, init_layers, draft_vocab)
     return student
 

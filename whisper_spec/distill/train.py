@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..jobs import collect_jobs
-from ..model import Decoder, DecoderCaches
+from ..load import load_distilled
+from ..model import Decoder, DecoderCaches, DraftHead
 from ..options import DistillOptions
 from ..pair import Whisper, WhisperPair, own_state
 from ..speculative import hidden_before
@@ -198,11 +199,15 @@ def distill(
     draft_languages = _draft_languages(train, held_out)
     held_out_by_language, groups = _held_out_groups(held_out, recording_of)
 
-    init_layers = list(options.init_layers or spread_layers(main.dims.n_text_layer, options.layers, options.head))
-    draft_vocab = choose_draft_vocab(main, train, options.draft_vocab)
+    start = _start_assistant(options, main_pair)
+    if start is not None:
+        init_layers, draft_vocab = list(start.cross_source), start.draft_vocab.cpu()
+    else:
+        init_layers = list(options.init_layers or spread_layers(main.dims.n_text_layer, options.layers, options.head))
+        draft_vocab = choose_draft_vocab(main, train, options.draft_vocab)
     to_draft = torch.full((main.dims.n_vocab,), -1, dtype=torch.long)
     to_draft[draft_vocab] = torch.arange(len(draft_vocab))
-    student = build_student(main, init_layers, draft_vocab, options.head, options.head_features)
+    student = build_student(main, init_layers, draft_vocab, options.head, options.head_features, start)
     if options.head:
         teacher_hidden(main, examples, encoder, options.head_features)
     data = _Data(train, groups, _cross_kv(main, init_layers, encoder), to_draft, main.special.eot, options.balance)
@@ -237,6 +242,20 @@ def distill(
     save_assistant(student, main, output, {"draft_languages": draft_languages, "training": summary})
     (output / "checkpoint.pt").unlink(missing_ok=True)
     return summary
+
+
+def _start_assistant(options: DistillOptions, main_pair: WhisperPair) -> Decoder | None:
+    """The decoder of options.init_assistant, a distilled assistant of the main model with
+    options.layers layers (None where training starts from the main decoder's layers)."""
+    if options.init_assistant is None:
+        return None
+    path = Path(options.init_assistant)
+    start = load_distilled(path, main_pair.main, torch.float32, main_pair.device).decoder
+    if isinstance(start, DraftHead):
+        raise ValueError(f"{path}: a draft head; training starts from a decoder assistant's layers")
+    if len(start.blocks) != options.layers:
+        raise ValueError(f"{path}: an assistant of {len(start.blocks)} layers, where layers is {options.layers}")
+    return start
 
 
 def _training_data(sources: list[str], jobs: list, recordings: list, windows: int, held: set, languages: list[str],
