@@ -112,6 +112,7 @@ def test_a_head_started_from_an_assistant_starts_as_it(clips, tmp_path):
     distill(pair, str(clips), tmp_path / "head", options, cache=tmp_path / "cache")
     config = json.loads((tmp_path / "head" / "assistant.json").read_text())
     assert config["kind"] == "head" and config["layers_from_main"] == assistant.cross_source
+    assert f"the distilled assistant `{tmp_path / 'assistant'}`" in (tmp_path / "head" / "README.md").read_text()
     head = load_distilled(tmp_path / "head", main, torch.float32, "cpu").decoder
     assert torch.equal(head.draft_vocab, assistant.draft_vocab)
 

@@ -144,6 +144,8 @@ def model_card(config: dict) -> str:
             f"| {language} | {(data.get('train_sequences_by_language') or {}).get(language, 0)} | "
             f"{rate(language, by_language)} | {rate(language, coverage)} |" for language in coverage) + "\n")
     is_head = config.get("kind") == HEAD_KIND
+    started = (f" (through the distilled assistant `{recipe['init_assistant']}`, whose layers and draft vocabulary it"
+               " started from)" if recipe.get("init_assistant") else "")
     head_losses = ("" if not is_head else
                    f", plus smooth-L1 regression (weight {recipe.get('hidden_weight')}) onto the main decoder's final"
                    f" hidden states; the same losses again on {recipe.get('head_test_depth', 1)} more pass(es), each"
@@ -160,7 +162,7 @@ A {kind} for speculative decoding with `{config['main_model']}`
 `whisper-spec transcribe --model {config['main_model']} --assistant <this folder>`{export}). Greedy output
 with it is the main model's own, token for token.
 
-- Initialised from the main decoder's layers {config['layers_from_main']}; it cross-attends to the main
+- Initialised from the main decoder's layers {config['layers_from_main']}{started}; it cross-attends to the main
   encoder's output. Shared with the main model and not stored here: {'; '.join(config['shared_with_main'])}.
 - Drafts from {config['draft_vocab_size']} tokens of the vocabulary (EOT, timestamps, every pseudo-label
   token, then the tokens the main model puts probability on, each language's counted as a share of

@@ -180,6 +180,7 @@ def distill(
     """Train an assistant for main_pair.main on the audio in source (one or several folders, globs or
     manifests); write it to output."""
     main = main_pair.main
+    start = _start_assistant(options, main_pair)  # before the labels: a wrong one fails at once
     started = time.perf_counter()
     torch.manual_seed(options.seed)
     sources = [source] if isinstance(source, str) else list(source)
@@ -199,7 +200,6 @@ def distill(
     draft_languages = _draft_languages(train, held_out)
     held_out_by_language, groups = _held_out_groups(held_out, recording_of)
 
-    start = _start_assistant(options, main_pair)
     if start is not None:
         init_layers, draft_vocab = list(start.cross_source), start.draft_vocab.cpu()
     else:
