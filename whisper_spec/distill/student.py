@@ -76,8 +76,10 @@ def build_student(main: Whisper, init_layers: list[int], draft_vocab: torch.Tens
                 student.reduce.weight.zero_()
                 student.reduce.weight[:, -d:].copy_(torch.eye(d))
                 student.reduce.bias.zero_()
-    origin = start if start is not None else main.decoder
-    blocks = origin.blocks if start is not None else [main.decoder.blocks[layer] for layer in init_layers]
+    if start is not None:
+        origin, blocks = start, list(start.blocks)
+    else:
+        origin, blocks = main.decoder, [main.decoder.blocks[layer] for layer in init_layers]
     student.positional_embedding = torch.nn.Parameter(origin.positional_embedding.detach().float().clone())
     student.ln.load_state_dict({k: v.float() for k, v in origin.ln.state_dict().items()})
     for block, source in zip(student.blocks, blocks):
