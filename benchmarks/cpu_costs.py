@@ -13,7 +13,7 @@ step's time (torch profiler, self time per step) and their sum: a step's time be
 and dispatch between the ops; the output projection of each by rows in a call (int8 also through
 aten's int8-weight kernel). And the parts of a speculative round at batch 1 (the same three main
 decoders + the shipped assistant): a main call scoring 1-5 positions and an assistant draft step (eager, and
-compiled as --compile-drafts does), in one-token main steps. The numbers that decide what to make
+compiled as --compile does), in one-token main steps. The numbers that decide what to make
 faster next.
 
     python benchmarks/cpu_costs.py --clips 8 --output benchmarks/results/cpu_costs.json

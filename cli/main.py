@@ -114,7 +114,7 @@ def _setup(args, formats: list[str], load: bool = True):
         DecodingOptions, task=args.task, language=args.language, temperature=_temperatures(args), timestamps=timestamps,
         draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, adaptive_draft=args.adaptive_draft,
         speculation=args.speculation, seed=args.seed, cuda_graphs=args.cuda_graphs,
-        compile_drafts=args.compile_drafts, word_timestamps=args.word_timestamps or args.max_words_per_line is not None,
+        compile=args.compile, word_timestamps=args.word_timestamps or args.max_words_per_line is not None,
         no_speech_threshold=args.no_speech_threshold, logprob_threshold=args.logprob_threshold,
         compression_ratio_threshold=args.compression_ratio_threshold,
     )
@@ -303,7 +303,7 @@ def cmd_bench(args) -> int:
     options = _options(BenchOptions, batch_sizes=batch_sizes, int8=with_int8, peers=peers, repeats=args.repeats,
                            draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence,
                            speculation=args.speculation, task=args.task, cuda_graphs=args.cuda_graphs,
-                           compile_drafts=args.compile_drafts)
+                           compile=args.compile)
     sets = args.sets.split(",") if args.sets else None
     utterances = load_utterances(args.source, config=args.config, split=args.split, sets=sets, limit=args.limit,
                                  language=args.language)

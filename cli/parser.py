@@ -92,10 +92,11 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--threads", type=positive_int, default=None,
                        help="CPU threads for torch (default: the cores this process may use that no other "
                             "process keeps busy when it starts)")
-    group.add_argument("--compile-drafts", action="store_true",
-                       help="on CPU, compile the assistant's draft step with torch.compile: draft steps about a third "
-                            "cheaper after compiling for tens of seconds once, then some 9 s a process; "
-                            "for long jobs, same transcripts")
+    group.add_argument("--compile", action="store_true",
+                       help="compile decoding steps with torch.compile, for long jobs, same transcripts: on CPU the "
+                            "assistant's draft step (about a third cheaper, after compiling for tens of seconds once, "
+                            "then some 9 s a process); on a GPU every step of a round (compiled per batch size); "
+                            "bench: compiled configurations beside the others")
     group.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
                        help="on CUDA, run every decoder step eagerly instead of replaying CUDA graphs of them")
     group.add_argument("--dtype", choices=DTYPES, default=None,

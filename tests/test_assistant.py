@@ -80,7 +80,7 @@ def test_compiled_drafts_keep_the_transcript_and_the_acceptance(shipped):
     options = DecodingOptions(speculation="on", language="en")
     alone, _ = decode_windows(pair, mel, main_alone(options))
     _, eager = decode_windows(pair, mel, options)
-    compiled, stats = decode_windows(pair, mel, replace(options, compile_drafts=True))
+    compiled, stats = decode_windows(pair, mel, replace(options, compile=True))
     # compiled where inductor finds a C++ compiler (this project's machines have g++), else fallen back
     has_compiler = any(shutil.which(name) for name in (os.environ.get("CXX", "g++"), "c++", "clang++"))
     assert bool(drafts._COMPILE_FAILED) != has_compiler, drafts._COMPILE_FAILED
@@ -101,7 +101,7 @@ def test_drafts_fall_back_to_eager_where_compilation_fails(shipped, monkeypatch)
     options = DecodingOptions(language="en")
     alone, _ = decode_windows(pair, mel, main_alone(options))
     with pytest.warns(UserWarning, match="drafting eagerly .RuntimeError: no C.. compiler found"):
-        fallen_back, stats = decode_windows(pair, mel, replace(options, compile_drafts=True))
+        fallen_back, stats = decode_windows(pair, mel, replace(options, compile=True))
     assert [r.tokens for r in fallen_back] == [r.tokens for r in alone] and stats.accepted > 0
 
 

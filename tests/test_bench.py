@@ -3,12 +3,13 @@
 import json
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import jiwer
 import pytest
 import torch
-from conftest import SPEECH, manifest, speech
+from conftest import SPEECH, manifest, perturbed_decoder, random_model, speech
 
 import whisper_spec.bench.harness as harness
 from whisper_spec.audio import load_audio
@@ -20,6 +21,7 @@ from whisper_spec.bench.report import write_outputs
 from whisper_spec.cli.main import main as cli
 from whisper_spec.load import load_pair
 from whisper_spec.options import BenchOptions
+from whisper_spec.pair import WhisperPair
 from whisper_spec.sources import default_assistant
 
 BENCHMARKS_DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
@@ -170,10 +172,26 @@ def test_faster_whisper_runs_in_a_process_of_its_own(pair, utterances):
     assert not peer._process.is_alive()
 
 
+def test_compiled_rounds_are_checked_against_compiled_main_only():
+    """Where compiling takes in the main model's verification (a GPU's rounds), speculative compiled
+    must reproduce main-only compiled; where it compiles drafts alone (CPU), main-only as it is."""
+    main = random_model(0)
+    pair = WhisperPair(main, perturbed_decoder(main, 0.1, seed=1), torch.device("cpu"), torch.float32)
+    options = BenchOptions(batch_sizes=(1, 4), peers=(), compile=True)
+    pair.platform = replace(pair.platform, compiles="rounds")
+    planned = [(c.name, c.baseline) for c in harness.plan_configs(pair, options, {})]
+    assert planned == [(f"{name} b{b}", f"{baseline} b{b}") for b in (1, 4) for name, baseline in (
+        ("main", "main"), ("main compiled", "main compiled"), ("speculative", "main"),
+        ("speculative compiled", "main compiled"))]
+    pair.platform = replace(pair.platform, compiles="drafts")
+    planned = [(c.name, c.baseline) for c in harness.plan_configs(pair, replace(options, batch_sizes=(1,)), {})]
+    assert planned == [("main b1", "main b1"), ("speculative b1", "main b1"), ("speculative compiled b1", "main b1")]
+
+
 @pytest.mark.slow
 def test_compiled_drafts_are_timed_as_configurations_of_their_own(pair, utterances):
     """Float32 and int8 drafts alike (the int8 decoders' step compiles around the fused int8 kernel)."""
-    options = BenchOptions(batch_sizes=(1,), repeats=1, peers=(), compile_drafts=True, int8=True)
+    options = BenchOptions(batch_sizes=(1,), repeats=1, peers=(), compile=True, int8=True)
     report = run_bench(pair, utterances[:2], options, progress=False,
                        int8_pair=load_pair("base", default_assistant("base"), int8=True, dtype="bfloat16"))
     by_name = {c["name"]: c for c in report["configs"]}
@@ -181,10 +199,10 @@ def test_compiled_drafts_are_timed_as_configurations_of_their_own(pair, utteranc
                              "speculative int8 b1", "speculative compiled int8 b1"]
     for precision in ("", " int8"):
         compiled = by_name[f"speculative compiled{precision} b1"]
-        assert compiled["compiled_drafts"] and not by_name[f"speculative{precision} b1"]["compiled_drafts"]
+        assert compiled["compiled"] and not by_name[f"speculative{precision} b1"]["compiled"]
         assert compiled["int8"] == bool(precision) and compiled["identical_to"] == f"main{precision} b1"
         assert compiled["identical_fraction"] == 1.0 and compiled["acceptance"] > 0.5
-    assert report["options"]["compile_drafts"] and report["check"]["passed"]
+    assert report["options"]["compile"] and report["check"]["passed"]
 
 
 @pytest.mark.slow

@@ -60,6 +60,22 @@ def test_base_speculative_equals_main_only_on_cuda(cuda_pair, clip_mel, batch, t
 
 
 @pytest.mark.filterwarnings("error:CUDA graphs turned off")
+@pytest.mark.parametrize("batch, timestamps", [(1, False), (4, True)], ids=["b1-text", "b4-timestamps"])
+def test_compiled_rounds_are_exact_on_cuda(cuda_pair, clip_mel, batch, timestamps):
+    """DecodingOptions.compile on a GPU: every step of a round through torch.compile, then captured
+    whole; speculative == main-only, both compiled, and the round's steps were compiled."""
+    from torch._dynamo.utils import counters
+
+    mel = clip_mel[:batch]
+    options = DecodingOptions(speculation="on", timestamps=timestamps, compile=True)
+    compiled_frames = counters["frames"]["ok"]
+    main_only = tokens_of(cuda_pair, mel, main_alone(options))
+    speculative, stats = decode_windows(cuda_pair, mel, options)
+    assert [r.tokens for r in speculative] == main_only and stats.accepted > 0
+    assert counters["frames"]["ok"] > compiled_frames and all(len(t) > 3 for t in main_only)
+
+
+@pytest.mark.filterwarnings("error:CUDA graphs turned off")
 def test_kept_round_graphs_replay_other_batches_exactly_on_cuda(cuda_pair, clip_mel, monkeypatch):
     """A whole-round graph captured on one batch replays the next batch of its configuration (other
     audio, other seeds) on that batch's values: the tokens are the eager rounds', and the second

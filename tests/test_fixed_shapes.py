@@ -153,6 +153,60 @@ def test_end_floors_hold_each_rows_text_open_alike_in_both_modes_and_both_rounds
             assert [r.tokens for r in results] == [r.tokens for r in reference], mode.speculation
 
 
+def compiled_rounds(pair: WhisperPair) -> WhisperPair:
+    """fixed_shapes(pair, 2) compiling its rounds' steps as on a GPU (Platform.compiles), its assistant
+    reading every frame (one shape a batch size) and its linears unpacked (inductor takes oneDNN's
+    packed weights only as constants)."""
+    fixed = fixed_shapes(pair, 2)
+    fixed.platform = replace(fixed.platform, compiles="rounds", assistant_skips_padding=False)
+    for module in (*pair.main.decoder.modules(), *pair.assistant.decoder.modules()):
+        if isinstance(module, Linear):
+            module.packed = None
+    return fixed
+
+
+@pytest.mark.slow
+def test_compiled_rounds_give_both_modes_one_text(monkeypatch):
+    """DecodingOptions.compile where the platform compiles rounds: the draft, verification and
+    settling steps through torch.compile (about a minute on two cores), one text in both modes. In
+    scalar C++ (inductor's vector code for this CPU is not what a GPU runs, and some of it fails to
+    build)."""
+    from torch._dynamo.utils import counters
+    from torch._inductor import config
+
+    monkeypatch.setattr(config.cpp, "simdlen", 1)
+
+    options = replace(OPTIONS["timestamps-adaptive"], adaptive_draft=False, compile=True)
+    pair = compiled_rounds(random_pair())
+    torch.manual_seed(2)
+    mel = torch.randn(2, 80, 3000)
+    compiled_frames = counters["frames"]["ok"]
+    reference, _ = decode_windows(pair, mel, main_alone(options))
+    results, stats = decode_windows(pair, mel, options)
+    assert [r.tokens for r in results] == [r.tokens for r in reference]
+    assert stats.drafted > 0 and stats.accepted > 0
+    assert counters["frames"]["ok"] >= compiled_frames + 3  # settle, verify_step and draft_step, at least
+
+
+def test_a_round_step_that_cannot_compile_fails_naming_it(monkeypatch):
+    """Never a step eager in one mode and compiled in the other: a compiler error ends the decoding."""
+    import whisper_spec.fixed_shapes as fixed_rounds
+
+    def failing(function, **options):
+        def run(*args, **kwargs):
+            raise torch._dynamo.exc.TorchRuntimeError("no backend here")
+        return run
+
+    monkeypatch.setattr(torch, "compile", failing)
+    fixed_rounds.compiled_step.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match=r"torch.compile failed on verify_step \(TorchRuntimeError: no backend"):
+            decode_windows(compiled_rounds(random_pair()), torch.randn(1, 80, 3000),
+                           main_alone(replace(OPTIONS["greedy"], compile=True)))
+    finally:
+        fixed_rounds.compiled_step.cache_clear()
+
+
 def scalar_reads(pair: WhisperPair, mel: torch.Tensor, options: DecodingOptions) -> tuple[int, int]:
     """Host reads of device values while decoding (a scalar read back, a boolean mask's nonzero) and
     the main model's forwards."""

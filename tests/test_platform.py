@@ -66,7 +66,7 @@ def test_the_record_keys_policies_on_the_device_kind_and_decoder_precision(monke
     monkeypatch.setattr(platform, "AUTO_MAX_DRAFT_FRAMES", {(kind, "float"): 1234, (kind, "int8"): 99})
     record = _pair().platform
     assert record.auto_max_draft_frames == 1234  # float decoders
-    assert record.compiles_drafts and record.assistant_skips_padding and not record.cuda_graphs
+    assert record.compiles == "drafts" and record.assistant_skips_padding and not record.cuda_graphs
 
 
 def test_loader_defaults_by_device():

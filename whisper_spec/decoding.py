@@ -171,12 +171,12 @@ def _context(platform, main, assistant, options, temperature, seeds, floors, lan
     fixed_width = None
     if not platform.row_invariant:
         fixed_width = (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens) + 1
-    step = compiled_draft_logits if options.compile_drafts and platform.compiles_drafts else draft_logits
+    step = compiled_draft_logits if options.compile and platform.compiles == "drafts" else draft_logits
     judges_silence = options.no_speech_threshold is not None and special.no_speech is not None
     judges_text = options.logprob_threshold is not None and len(options.temperature) > 1
     return Context(main, assistant, options, rules, draft_rules, temperature, seeds, end_floors, prompt_length, n_ctx,
                     max_length, max_draft, drafts, fixed_width, graphs, step, caches, judges_silence, judges_text,
-                    platform.rounds_per_read)
+                    platform.rounds_per_read, compiles_rounds=options.compile and platform.compiles == "rounds")
 
 
 def _results(state: State, context: Context, languages: list[str], stats: DecodingStats) -> list[WindowResult]:

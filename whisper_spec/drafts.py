@@ -39,7 +39,7 @@ _COMPILE_FAILED: list[str] = []  # why drafts went back to eager, once a compila
 
 def compiled_draft_logits(decoder, caches: DecoderCaches, span: int, window: Tensor, positions: Tensor,
                           before: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-    """draft_logits through torch.compile (DecodingOptions.compile_drafts): the step's ~750 small
+    """draft_logits through torch.compile (DecodingOptions.compile on CPU): the step's ~750 small
     ops fused into a few kernels around the matmuls. Its drafts may differ from eager ones in the
     last bits (fused arithmetic); they are proposals, each verified by the main model, so the
     output does not change. One position a row only, the usual step: the few wider calls (a

@@ -150,10 +150,51 @@ def fixed_round(context: Context, state: State, k: int, first: bool, direct: boo
     round_drafts = (timed_part(timing, "draft", fixed_draft, context, state, k, first, direct) if k
                     else state.draft_length.clamp(max=0))
     chosen, window_logprobs = timed_part(timing, "verify", fixed_verify, context, state, direct)
+    round_step(context, settle)(context, state, k, round_drafts, chosen, window_logprobs)
+
+
+def settle(context: Context, state: State, k: int, round_drafts: Tensor, chosen: Tensor, window_logprobs: Tensor
+           ) -> None:
+    """The round's end on the state, in place: the drafts the main model's choices (fixed_verify)
+    accept, its next token, and advance."""
     scored = fixed_scored(state, k, round_drafts, chosen.shape[1])
     n_accepted, next_token = fixed_accept(context, state, k, round_drafts, chosen, scored)
     logprobs = fixed_logprobs(k, window_logprobs, scored, n_accepted) if state.sums_logprobs else None
     advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
+
+
+# a compiled step has a graph per batch size, window width and baked value (rules, temperature, k):
+# a job's few dozen at most, where torch's default limit of 8 would send the rest back to eager
+RECOMPILE_LIMIT = 64
+
+
+def round_step(context: Context, function):
+    """function as a round runs it: through torch.compile where the context compiles rounds
+    (DecodingOptions.compile on a GPU), where its small ops fuse into few kernels. Exact as eager
+    is: every main call has one shape in both modes, so both run one compiled verification."""
+    return compiled_step(function) if context.compiles_rounds else function
+
+
+@functools.cache
+def compiled_step(function):
+    """function through torch.compile, static shapes, compiled at a new shape's first call (a
+    capture's warm-up comes first). A step it cannot compile, or a job past RECOMPILE_LIMIT graphs
+    of it, raises: a step running eagerly in one mode and compiled in the other could change the
+    transcript."""
+    import torch._dynamo  # at first use: importing the compiler costs seconds
+
+    compiled = torch.compile(function, dynamic=False)
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
+            try:
+                return compiled(*args, **kwargs)
+            except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as error:
+                reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                raise RuntimeError(f"compile: torch.compile failed on {function.__name__} ({type(error).__name__}: "
+                                   f"{reason}); decode without compiling") from error
+    return run
 
 
 def _replay(context: Context, decoder, caches: DecoderCaches, name: tuple, step, *inputs: Tensor,
@@ -177,9 +218,9 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
     rows = torch.arange(len(tokens), device=tokens.device)
     round_drafts = state.draft_length.clamp(max=k)
     caches = context.caches.assistant
-    step = functools.partial(draft_step, context.draft_logits, assistant.decoder, caches, context.draft_rules,
+    step = functools.partial(round_step(context, draft_step), context.draft_logits, assistant.decoder, caches, context.draft_rules,
                              context.temperature, context.n_ctx)
-    name = ("draft", context.draft_rules.key, context.temperature, context.n_ctx)
+    name = ("draft", context.draft_rules.key, context.temperature, context.n_ctx, context.compiles_rounds)
     for j in range(k):
         current = state.length + j
         width = (context.prompt_length if first else ASSISTANT_WIDTH) if j == 0 else 1
@@ -220,13 +261,14 @@ def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[
     tokens, decoder, caches, width = state.tokens, context.main.decoder, context.caches.main, context.fixed_width
     window, positions = token_window(tokens, (state.length - 1).clamp(min=0), width)
     taps = head_taps(context, state)
+    verify = round_step(context, verify_step)
     if context.judges_silence and state.no_speech is None:  # a one-token prompt, which no prefill read
-        chosen, logprobs, hidden = verify_step(decoder, caches, context.rules, context.temperature, window, positions, tokens,
+        chosen, logprobs, hidden = verify(decoder, caches, context.rules, context.temperature, window, positions, tokens,
                                                context.seeds, context.end_floors, taps=taps or ())
         read_no_speech(context, state, decoder.logits(decoder.final_hidden(hidden[:, 0])))
     else:
-        step = functools.partial(verify_step, decoder, caches, context.rules, context.temperature, taps=taps)
-        name = ("verify", context.rules.key, context.temperature, taps)
+        step = functools.partial(verify, decoder, caches, context.rules, context.temperature, taps=taps)
+        name = ("verify", context.rules.key, context.temperature, taps, context.compiles_rounds)
         chosen, logprobs, *hidden = _replay(context, decoder, caches, name, step, window, positions, tokens, context.seeds,
                                             context.end_floors, direct=direct)
         hidden = hidden[0] if hidden else None

@@ -61,9 +61,10 @@ class DecodingOptions:
     # cross-attention (timing.py), from the verified tokens, so the same with or without an assistant
     word_timestamps: bool = False
     cuda_graphs: bool = True  # on CUDA, replay decoder steps from CUDA graphs (same tokens, fewer launches)
-    # on CPU, the assistant's draft step through torch.compile: cheaper than an eager one once compiled
-    # (seconds a process; decisions, "Compiled drafts off by default"); same transcripts
-    compile_drafts: bool = False
+    # decoding's steps through torch.compile where the platform compiles them (Platform.compiles): on CPU
+    # the assistant's draft step, on a GPU a fixed-shape round's steps; faster once compiled, which takes
+    # seconds to minutes a process (decisions, "Compiled steps off by default"); same transcripts
+    compile: bool = False
 
     def __post_init__(self):
         if self.task not in ("transcribe", "translate"):
@@ -172,7 +173,7 @@ class BenchOptions:
     speculation: str = DecodingOptions.speculation  # of the speculative configurations
     task: str = "transcribe"
     cuda_graphs: bool = DecodingOptions.cuda_graphs
-    compile_drafts: bool = False  # also time each speculative configuration with compiled drafts
+    compile: bool = False  # also time compiled configurations (DecodingOptions.compile)
 
 
 @dataclass(frozen=True)

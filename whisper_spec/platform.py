@@ -328,7 +328,10 @@ class Platform:
     kind: str  # device_kind: what measured policies are keyed on
     row_invariant: bool  # main calls of any shape give a position the same logits (else: fixed-width calls)
     cuda_graphs: bool  # decoder steps can be replayed from CUDA graphs
-    compiles_drafts: bool  # where DecodingOptions.compile_drafts applies (CPU: fuses the one-row draft step)
+    # what DecodingOptions.compile puts through torch.compile: "drafts" (CPU: fuses the one-row draft
+    # step) or "rounds" (GPUs: a fixed-shape round's draft, verification and bookkeeping steps, each
+    # then replayed from CUDA graphs: fewer, fused kernels in every graph)
+    compiles: str
     assistant_skips_padding: bool  # an assistant attends to the audio's frames only (not on GPUs: one graph shape)
     auto_max_draft_frames: int | None  # speculation="auto": rows x assistant frames that still draft; None: no limit
     # fixed-shape rounds run between two host reads of "every row done": reads stall a GPU's queue, and
@@ -344,6 +347,6 @@ def resolve(main: Decoder, assistant: Decoder | None, device: torch.device) -> P
     kind = device_kind(device)
     precision = "int8" if isinstance(main.blocks[0].mlp.fc1, Int8Linear) else "float"
     return Platform(kind=kind, row_invariant=make_row_invariant(main, device), cuda_graphs=device.type == "cuda",
-                    compiles_drafts=device.type == "cpu", assistant_skips_padding=device.type == "cpu",
+                    compiles="drafts" if device.type == "cpu" else "rounds", assistant_skips_padding=device.type == "cpu",
                     auto_max_draft_frames=AUTO_MAX_DRAFT_FRAMES.get((kind, precision)),
                     rounds_per_read=4 if device.type == "cuda" else 1)

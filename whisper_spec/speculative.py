@@ -73,11 +73,12 @@ class Context:
     drafts: bool  # the assistant drafts in every round (speculation on, or auto where it pays)
     fixed_width: int | None  # every main decoder call this many positions wide; None: row-invariant kernels
     graphs: bool  # decoder steps replayed from CUDA graphs
-    draft_logits: object  # draft_logits itself, or compiled (DecodingOptions.compile_drafts)
+    draft_logits: object  # draft_logits itself, or compiled (DecodingOptions.compile, Platform.compiles)
     caches: BatchCaches  # the decoders' caches of the batch, the rows they compute
     judges_silence: bool  # the no-speech rule is on (DecodingOptions.no_speech_threshold)
     judges_text: bool  # every row's average log-probability is needed (a later temperature may follow)
     rounds_per_read: int = 1  # fixed shapes: rounds between host reads of "every row done" (Platform)
+    compiles_rounds: bool = False  # fixed shapes: a round's steps through torch.compile (fixed_shapes.round_step)
 
 
 @dataclass

@@ -10,7 +10,7 @@ out=${OUT:-benchmarks/results/draft_tuning_cpu}
 for setting in "4 0.8" "4 0.7" "6 0.8" "6 0.7" "8 0.6"; do
   set -- $setting
   whisper-spec bench ../shared/data/speech/manifest.jsonl --set librispeech --limit 40 --repeats 1 \
-    --peers none --batch-sizes 1 --compile-drafts --draft-tokens "$1" --draft-confidence "$2" \
+    --peers none --batch-sizes 1 --compile --draft-tokens "$1" --draft-confidence "$2" \
     -o "$out/k$1_c$2" --quiet
   rm -f "$out/k$1_c$2"/*.png
 done

@@ -5,16 +5,14 @@ Reports, per mode: wall seconds, generated tokens, wall microseconds a token, GP
 a token (kernels and copies on the device's timeline), host syncs (stream/event/device synchronize
 and device-to-host copies), kernel launches and graph replays a token, kernels run on the device a
 token (a graph's among them), the host operations and the device's kernels that take the most
-time, and whether speculative decoding wrote main-only's tokens. Per variant of the decoders:
-"flash-cross" (the default on a GPU: cross-attention through flash attention,
-Decoder.flash_cross_attention), "written-out" (all attention as CPU decoding runs it) and, with
---compile, torch.compile of "flash-cross+compiled-blocks" (each decoder's blocks),
-"+compiled-steps" (the fixed-shape draft and verification steps: decoder, logits, rules, choice) and
-"+compiled-round" (those and the round's acceptance and bookkeeping). The attention kernels alone:
-gpu_attention_kernels.py. Runs on CPU too (no device timeline there; fixed-shape rounds and unpacked
-linears, as on a GPU and as the compiler takes them) to check the script.
+time, and whether speculative decoding wrote main-only's tokens. Per variant: "flash-cross" (the
+default on a GPU: cross-attention through flash attention, Decoder.flash_cross_attention),
+"written-out" (all attention as CPU decoding runs it) and "compiled" (flash-cross, the round's steps
+through torch.compile: DecodingOptions.compile). The attention kernels alone:
+gpu_attention_kernels.py. Runs on CPU too (no device timeline there; fixed-shape rounds, compiled as
+on a GPU, and unpacked linears) to check the script.
 Usage: python benchmarks/experiments/gpu_step_profile.py --device cuda --output OUT.json [--clips 8]
-       [--batch 1] [--variants flash-cross,written-out] [--compile]
+       [--batch 1] [--variants flash-cross,written-out,compiled]
 """
 
 from __future__ import annotations
@@ -83,38 +81,22 @@ def profile_mode(pair, mels, options) -> dict:
     }
 
 
-# what "+compiled-steps" and "+compiled-round" put through torch.compile, by their names in fixed_shapes
-COMPILED_STEPS = ("verify_step", "draft_step")
-COMPILED_ROUND = COMPILED_STEPS + ("fixed_scored", "fixed_accept", "fixed_logprobs", "advance")
-_EAGER = {name: getattr(fixed_shapes, name) for name in COMPILED_ROUND}
-
-
 def set_variant(pair, variant: str) -> None:
-    """The pair's decoders and round functions as the variant has them; graphs captured for another
-    variant dropped (a kept graph bakes its decoder's attention in). Compiled: default mode, static
-    shapes (a graph per function, width and batch size), compiled at the first call, which comes
-    before any graph capture (the capture's warm-up)."""
+    """The pair's decoders as the variant has them; graphs captured for another variant dropped (a
+    kept graph bakes its decoder's attention in)."""
     fixed_shapes._WHOLE_ROUNDS.clear()
     graphs._STEP_GRAPHS.clear()
-    torch._dynamo.config.recompile_limit = 64
-    compiled = variant.partition("+")[2]
-    for name, function in _EAGER.items():
-        chosen = compiled == "compiled-steps" and name in COMPILED_STEPS or compiled == "compiled-round"
-        setattr(fixed_shapes, name, torch.compile(function, dynamic=False) if chosen else function)
     for decoder in (pair.main.decoder, pair.assistant.decoder):
-        decoder.flash_cross_attention = not variant.startswith("written-out")
-        if compiled == "compiled-blocks":
-            decoder.through_blocks = torch.compile(decoder.through_blocks, dynamic=False)
-        else:
-            vars(decoder).pop("through_blocks", None)
+        decoder.flash_cross_attention = variant != "written-out"
 
 
 def profile_variant(pair, mels, variant: str, report: dict, save) -> None:
     """report["modes"] each mode's profile, then whether the modes wrote the same tokens; save()
     after each mode, so a run cut short keeps what it measured."""
     set_variant(pair, variant)
-    modes = {"main-only": DecodingOptions(language="en", speculation="off"),
-             "speculative": DecodingOptions(language="en", speculation="on")}
+    compiled = variant == "compiled"
+    modes = {"main-only": DecodingOptions(language="en", speculation="off", compile=compiled),
+             "speculative": DecodingOptions(language="en", speculation="on", compile=compiled)}
     start, texts = time.perf_counter(), []
     for name, options in modes.items():
         report.setdefault("modes", {})[name] = profile_mode(pair, mels, options)
@@ -130,23 +112,20 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--clips", type=int, default=8)
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--variants", default="flash-cross,written-out")
-    parser.add_argument("--compile", action="store_true",
-                        help="also the default decoders' blocks, steps and whole rounds through torch.compile")
+    parser.add_argument("--variants", default="flash-cross,written-out,compiled")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
     pair = load_pair("base", "default", device=device, dtype="float16" if device.type == "cuda" else "float32")
-    if device.type == "cpu":  # the GPU's code path: fixed-shape rounds, plain linears
-        pair.platform = replace(pair.platform, row_invariant=False)
+    if device.type == "cpu":  # the GPU's code path: fixed-shape rounds of one shape, compiled whole, plain linears
+        pair.platform = replace(pair.platform, row_invariant=False, assistant_skips_padding=False, compiles="rounds")
         for module in (*pair.main.decoder.modules(), *pair.assistant.decoder.modules()):
             if isinstance(module, Linear):
                 module.packed = None
     clips = [SPEECH / r["path"] for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
     mels = [pair_features(pair, [load_audio(path)])[0] for path in clips]
     batches = [torch.cat(mels[i : i + args.batch]) for i in range(0, len(mels), args.batch)]
-    variants = args.variants.split(",") + ([f"flash-cross+compiled-{what}" for what in ("blocks", "steps", "round")]
-                                           if args.compile else [])
+    variants = args.variants.split(",")
     report = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
               "clips": len(clips), "batch": args.batch, "variants": {}}
     for variant in variants:

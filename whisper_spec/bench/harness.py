@@ -32,12 +32,14 @@ class Config:
     batch_size: int
     speculative: bool = False
     int8: bool = False
-    compiled_drafts: bool = False  # DecodingOptions.compile_drafts
+    compiled: bool = False  # DecodingOptions.compile
+    main_compiled: bool = False  # compiling also compiles the main model's steps (Platform.compiles "rounds")
 
     @property
     def baseline(self) -> str:
-        """The main-only configuration this one must reproduce token for token."""
-        return f"main{' int8' if self.int8 else ''} b{self.batch_size}"
+        """The main-only configuration this one must reproduce token for token: a compiled one
+        where compiling changes the main model's steps."""
+        return f"main{' compiled' if self.main_compiled else ''}{' int8' if self.int8 else ''} b{self.batch_size}"
 
 
 @dataclass
@@ -57,7 +59,7 @@ def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, op
     decoding = DecodingOptions(task=options.task, temperature=0.0, draft_tokens=options.draft_tokens,
                                draft_confidence=options.draft_confidence,
                                speculation=options.speculation if config.speculative else "off",
-                               cuda_graphs=options.cuda_graphs, compile_drafts=config.compiled_drafts)
+                               cuda_graphs=options.cuda_graphs, compile=config.compiled)
     tokens, texts, stats, per_utterance = [], [], DecodingStats(), []
     for rows in batches(len(utterances), config.batch_size):
         batch = [utterances[i] for i in rows]
@@ -73,20 +75,20 @@ def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, op
 
 def plan_configs(pair: WhisperPair, options: BenchOptions, peers: dict) -> list[Config]:
     configs = []
+    # compiled rounds compile the main model's verification too, so compiled main-only is their baseline
+    main_compiled = options.compile and pair.platform.compiles == "rounds"
     for b in options.batch_sizes:
-        configs.append(Config(f"main b{b}", "whisper-spec", b))
-        if pair.assistant is not None:
-            configs.append(Config(f"speculative b{b}", "whisper-spec", b, speculative=True))
-            if options.compile_drafts:
-                configs.append(Config(f"speculative compiled b{b}", "whisper-spec", b, speculative=True,
-                                      compiled_drafts=True))
-        if options.int8:
-            configs.append(Config(f"main int8 b{b}", "whisper-spec", b, int8=True))
+        for int8 in (False, True) if options.int8 else (False,):
+            precision = " int8" if int8 else ""
+            configs.append(Config(f"main{precision} b{b}", "whisper-spec", b, int8=int8))
+            if main_compiled:
+                configs.append(Config(f"main compiled{precision} b{b}", "whisper-spec", b, int8=int8, compiled=True,
+                                      main_compiled=True))
             if pair.assistant is not None:
-                configs.append(Config(f"speculative int8 b{b}", "whisper-spec", b, speculative=True, int8=True))
-                if options.compile_drafts:
-                    configs.append(Config(f"speculative compiled int8 b{b}", "whisper-spec", b, speculative=True,
-                                          int8=True, compiled_drafts=True))
+                configs.append(Config(f"speculative{precision} b{b}", "whisper-spec", b, speculative=True, int8=int8))
+                if options.compile:
+                    configs.append(Config(f"speculative compiled{precision} b{b}", "whisper-spec", b, speculative=True,
+                                          int8=int8, compiled=True, main_compiled=main_compiled))
     if "transformers" in peers:
         for b in options.batch_sizes:
             configs.append(Config(f"transformers b{b}", "transformers", b))

@@ -33,7 +33,7 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
         stats = run.stats
         entry = {
             "name": config.name, "engine": config.engine, "batch_size": config.batch_size,
-            "speculative": config.speculative, "int8": config.int8, "compiled_drafts": config.compiled_drafts,
+            "speculative": config.speculative, "int8": config.int8, "compiled": config.compiled,
             "wer": wer,
             "identical_to": config.baseline if baseline is not None else None,
             "identical_fraction": None if baseline is None else 1 - len(differing) / len(utterances),
