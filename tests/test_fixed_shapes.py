@@ -154,10 +154,10 @@ def test_end_floors_hold_each_rows_text_open_alike_in_both_modes_and_both_rounds
 
 
 def compiled_rounds(pair: WhisperPair) -> WhisperPair:
-    """fixed_shapes(pair, 2) compiling its rounds' steps as on a GPU (Platform.compiles), its assistant
-    reading every frame (one shape a batch size) and its linears unpacked (inductor takes oneDNN's
-    packed weights only as constants)."""
-    fixed = fixed_shapes(pair, 2)
+    """flash_cross_attention(pair) compiling its rounds' steps as on a GPU (Platform.compiles), its
+    assistant reading every frame (one shape a batch size) and its linears unpacked (inductor takes
+    oneDNN's packed weights only as constants)."""
+    fixed = flash_cross_attention(pair)
     fixed.platform = replace(fixed.platform, compiles="rounds", assistant_skips_padding=False)
     for module in (*pair.main.decoder.modules(), *pair.assistant.decoder.modules()):
         if isinstance(module, Linear):
@@ -168,7 +168,8 @@ def compiled_rounds(pair: WhisperPair) -> WhisperPair:
 @pytest.mark.slow
 def test_compiled_rounds_give_both_modes_one_text(monkeypatch):
     """DecodingOptions.compile where the platform compiles rounds: the draft, verification and
-    settling steps through torch.compile (about a minute on two cores), one text in both modes. In
+    settling steps through torch.compile, cross-attention through flash attention, as on a GPU (about a
+    minute on two cores): one text in both modes. In
     scalar C++ (inductor's vector code for this CPU is not what a GPU runs, and some of it fails to
     build)."""
     from torch._dynamo.utils import counters
