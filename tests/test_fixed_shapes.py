@@ -168,10 +168,9 @@ def compiled_rounds(pair: WhisperPair) -> WhisperPair:
 @pytest.mark.slow
 def test_compiled_rounds_give_both_modes_one_text(monkeypatch):
     """DecodingOptions.compile where the platform compiles rounds: the draft, verification and
-    settling steps through torch.compile, cross-attention through flash attention, as on a GPU (about a
-    minute on two cores): one text in both modes. In
-    scalar C++ (inductor's vector code for this CPU is not what a GPU runs, and some of it fails to
-    build)."""
+    settling steps through torch.compile, cross-attention through flash attention, as on a GPU
+    (about a minute on two cores): one text in both modes. In scalar C++ (inductor's vector code
+    for this CPU is not what a GPU runs, and some of it fails to build)."""
     from torch._dynamo.utils import counters
     from torch._inductor import config
 
