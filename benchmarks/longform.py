@@ -80,7 +80,7 @@ def main() -> int:
     for precision in args.precisions.split(","):
         int8, dtype = default_precision(cpu, precision == "int8")
         pairs[precision] = load_pair(args.model, assistant, int8=int8, dtype=dtype)
-    peers = load_peers(next(iter(pairs.values())), args.model, tuple(args.peers.split(",")), Path("."), note=print)
+    peers, _ = load_peers(next(iter(pairs.values())), args.model, tuple(args.peers.split(",")), Path("."), note=print)
     options = DecodingOptions(speculation=args.speculation)
     audio_seconds = sum(r["duration_s"] for r in files)
     shortest = paths[min(range(len(files)), key=lambda i: files[i]["duration_s"])]

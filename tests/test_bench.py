@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -16,13 +17,13 @@ from whisper_spec.audio import load_audio
 from whisper_spec.bench.data import load_utterances
 from whisper_spec.bench.harness import run_bench
 from whisper_spec.bench.metrics import normalize, word_error_rate
-from whisper_spec.bench.peers import load_peers
-from whisper_spec.bench.report import write_outputs
+from whisper_spec.bench.peers import FasterWhisperPeer, load_peers
+from whisper_spec.bench.report import markdown_table, write_outputs
 from whisper_spec.cli.main import main as cli
 from whisper_spec.load import load_pair
 from whisper_spec.options import BenchOptions
 from whisper_spec.pair import WhisperPair
-from whisper_spec.sources import default_assistant
+from whisper_spec.sources import ct2_source, default_assistant
 
 BENCHMARKS_DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 MANIFEST = str(SPEECH / "manifest.jsonl")
@@ -144,11 +145,35 @@ def test_configurations_take_turns_in_a_shuffled_order():
 
 
 @pytest.mark.slow
+def test_a_peer_that_cannot_run_is_left_out_with_its_reason(pair, utterances, tmp_path, monkeypatch):
+    """faster-whisper on a CTranslate2 directory whose weights are cut short: left out as it loads,
+    the reason in the report and its table, ours measured and checked. And one that loads but fails
+    its first transcription (as CTranslate2 does on a GPU without the cuBLAS it was built for, a stand-in
+    here): left out at the warm-up, before any timing."""
+    broken = tmp_path / "ct2"
+    shutil.copytree(ct2_source("base"), broken)
+    (broken / "model.bin").write_bytes((broken / "model.bin").read_bytes()[:4096])
+    options = BenchOptions(batch_sizes=(1,), repeats=1, peers=("faster-whisper",))
+    report = run_bench(pair, utterances[:1], options, model=str(broken), progress=False)
+    assert "faster-whisper" in report["peers_left_out"] and report["check"]["passed"]
+    assert {c["engine"] for c in report["configs"]} == {"whisper-spec"}
+    assert f"faster-whisper: left out ({report['peers_left_out']['faster-whisper']})" in markdown_table(report)
+
+    def no_cublas(self, *args, **kwargs):
+        raise RuntimeError("faster-whisper: RuntimeError: Library libcublas.so.12 is not found or cannot be loaded")
+
+    monkeypatch.setattr(FasterWhisperPeer, "run", no_cublas)
+    report = run_bench(pair, utterances[:1], options, progress=False)
+    assert "libcublas.so.12" in report["peers_left_out"]["faster-whisper"] and report["check"]["passed"]
+    assert [c["name"] for c in report["configs"]] == ["main b1", "speculative b1"]
+
+
+@pytest.mark.slow
 def test_faster_whisper_writes_a_long_recording_at_batch_1_and_4(pair):
     """The long-form peer of benchmarks/longform.py: its sequential transcribe (batch 1) and its
     batched pipeline, which cuts at pauses (batch 4), each write the whole recording."""
     row = next(r for r in manifest() if r["set"] == "longform" and "TED" in r["path"])
-    peer = load_peers(pair, "base", ("faster-whisper",), Path("."), note=print)["faster-whisper"]
+    peer = load_peers(pair, "base", ("faster-whisper",), Path("."), note=print)[0]["faster-whisper"]
     audio = load_audio(speech(row["path"]))
     for batch in (1, 4):
         text = peer.transcribe_long(audio, batch, int8=True, language="en")
@@ -160,7 +185,7 @@ def test_faster_whisper_runs_in_a_process_of_its_own(pair, utterances):
     """CTranslate2 computing in the benchmark's process slows torch there (faster_whisper_process):
     the peer transcribes in a child process, and this process gains no CTranslate2 threads."""
     threads = len(list(Path("/proc/self/task").iterdir()))
-    peer = load_peers(pair, "base", ("faster-whisper",), Path("."), note=print)["faster-whisper"]
+    peer = load_peers(pair, "base", ("faster-whisper",), Path("."), note=print)[0]["faster-whisper"]
     english = utterances[:2]
     for batch in (1, 2):
         tokens, texts = peer.run(english, batch, speculative=False, int8=True, task="transcribe", languages=["en"] * 2)

@@ -114,24 +114,26 @@ def run_bench(pair: WhisperPair, utterances: list[Utterance], options: BenchOpti
     if options.int8 and int8_pair is None:
         raise ValueError("int8 configurations need int8_pair")
     with tempfile.TemporaryDirectory() as workdir:
-        peers = load_peers(pair, model, options.peers, Path(workdir), note)
+        peers, left_out = load_peers(pair, model, options.peers, Path(workdir), note)
         try:
-            runs, configs, languages = _run_configs(pair, int8_pair, utterances, options, peers, progress)
+            runs, configs, languages = _run_configs(pair, int8_pair, utterances, options, peers, left_out, note,
+                                                    progress)
         finally:
             for peer in peers.values():
                 peer.close()
     report = build_report(pair, utterances, configs, runs, options, model, data or {}, languages)
+    report["peers_left_out"] = left_out
     report["int8_kernel"] = int8_pair.int8_kernel if int8_pair is not None else None
     report["auto_max_draft_frames_int8"] = int8_pair.platform.auto_max_draft_frames if int8_pair is not None else None
     return report
 
 
 def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: list[Utterance],
-                 options: BenchOptions, peers: dict, progress: bool) -> tuple[dict[str, Run], list[Config], list[str]]:
+                 options: BenchOptions, peers: dict, left_out: dict, note, progress: bool
+                 ) -> tuple[dict[str, Run], list[Config], list[str]]:
     """The warm-up and the timed repeats of every configuration: the runs, the configurations and
-    the utterances' languages."""
+    the utterances' languages. A peer whose warm-up fails is left out (its reason added to left_out)."""
     configs = plan_configs(pair, options, peers)
-    runs = {c.name: Run() for c in configs}
     languages = _languages_of(pair, utterances)  # given, or the main model's detection; peers get them too
 
     def execute(config: Config, rows: range):
@@ -143,13 +145,22 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
                                                  languages=[languages[i] for i in rows])
         return tokens, texts, None, []
 
+    bar = tqdm(total=len(configs), desc="warm-up", unit="run", disable=not progress)
+    for config in configs:  # one batch each
+        try:
+            execute(config, range(min(config.batch_size, len(utterances))))
+        except RuntimeError as error:
+            if config.engine not in peers:
+                raise
+            left_out[config.engine] = str(error)
+            note(f"{config.engine} is left out: {error}")
+        bar.update()
+    bar.close()
+    configs = [c for c in configs if c.engine not in left_out]
+    runs = {c.name: Run() for c in configs}
     block = math.lcm(*(c.batch_size for c in configs))
     blocks = batches(len(utterances), block)
-    bar = tqdm(total=len(configs) * (options.repeats * len(blocks) + 1), desc="bench", unit="run",
-               disable=not progress)
-    for config in configs:  # warm-up: one batch each
-        execute(config, range(min(config.batch_size, len(utterances))))
-        bar.update()
+    bar = tqdm(total=len(configs) * options.repeats * len(blocks), desc="bench", unit="run", disable=not progress)
     for _ in range(options.repeats):
         parts, seconds = _time_repeat(configs, blocks, execute, pair.device, bar)
         for config in configs:

@@ -145,19 +145,25 @@ class FasterWhisperPeer:
         self._connection.close()
 
 
-def load_peers(pair: WhisperPair, model: str, wanted: tuple[str, ...], workdir: Path, note) -> dict:
-    peers = {}
+def load_peers(pair: WhisperPair, model: str, wanted: tuple[str, ...], workdir: Path, note) -> tuple[dict, dict]:
+    """The wanted peers that run here, and why each other one is left out (also noted)."""
+    peers, left_out = {}, {}
     if "transformers" in wanted:
         peers["transformers"] = TransformersPeer(pair, workdir)
     if "faster-whisper" in wanted:
         try:
             import faster_whisper  # noqa: F401
         except ImportError:
-            note("faster-whisper is not installed: its row is left out (pip install faster-whisper)")
+            left_out["faster-whisper"] = "not installed (pip install faster-whisper)"
         else:
             source = ct2_source(model)
             if source is None:
-                note(f"{model} did not come from a CTranslate2 model: no faster-whisper row")
+                left_out["faster-whisper"] = f"{model} did not come from a CTranslate2 model"
             else:
-                peers["faster-whisper"] = FasterWhisperPeer(source, pair.device)
-    return peers
+                try:
+                    peers["faster-whisper"] = FasterWhisperPeer(source, pair.device)
+                except RuntimeError as error:  # its models would not load here (a GPU without the CUDA libraries it needs)
+                    left_out["faster-whisper"] = str(error)
+    for name, reason in left_out.items():
+        note(f"{name} is left out: {reason}")
+    return peers, left_out
