@@ -163,9 +163,9 @@ def settle(context: Context, state: State, k: int, round_drafts: Tensor, chosen:
     advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
 
 
-# a compiled step has a graph per batch size, window width and baked value (rules, temperature, k):
-# a job's few dozen at most, where torch's default limit of 8 would send the rest back to eager
-RECOMPILE_LIMIT = 64
+# a compiled step has a graph per batch size, window width and baked value (rules, greedy or sampling,
+# k): a long mixed job's few dozen, where torch's default limit of 8 would send the rest back to eager
+RECOMPILE_LIMIT = 256
 
 
 def round_step(context: Context, function):
@@ -187,7 +187,8 @@ def compiled_step(function):
 
     @functools.wraps(function)
     def run(*args, **kwargs):
-        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=RECOMPILE_LIMIT,
+                                        fail_on_recompile_limit_hit=True):
             try:
                 return compiled(*args, **kwargs)
             except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as error:
