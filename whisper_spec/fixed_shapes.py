@@ -219,8 +219,8 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
     rows = torch.arange(len(tokens), device=tokens.device)
     round_drafts = state.draft_length.clamp(max=k)
     caches = context.caches.assistant
-    step = functools.partial(round_step(context, draft_step), context.draft_logits, assistant.decoder, caches, context.draft_rules,
-                             context.temperature, context.n_ctx)
+    step = functools.partial(round_step(context, draft_step), context.draft_logits, assistant.decoder, caches,
+                             context.draft_rules, context.temperature, context.n_ctx)
     name = ("draft", context.draft_rules.key, context.temperature, context.n_ctx, context.compiles_rounds)
     for j in range(k):
         current = state.length + j
@@ -265,7 +265,7 @@ def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[
     verify = round_step(context, verify_step)
     if context.judges_silence and state.no_speech is None:  # a one-token prompt, which no prefill read
         chosen, logprobs, hidden = verify(decoder, caches, context.rules, context.temperature, window, positions, tokens,
-                                               context.seeds, context.end_floors, taps=taps or ())
+                                          context.seeds, context.end_floors, taps=taps or ())
         read_no_speech(context, state, decoder.logits(decoder.final_hidden(hidden[:, 0])))
     else:
         step = functools.partial(verify, decoder, caches, context.rules, context.temperature, taps=taps)
