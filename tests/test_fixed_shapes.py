@@ -169,23 +169,25 @@ def compiled_rounds(pair: WhisperPair) -> WhisperPair:
 def test_compiled_rounds_give_both_modes_one_text(monkeypatch):
     """DecodingOptions.compile where the platform compiles rounds: the draft, verification and
     settling steps through torch.compile, cross-attention through flash attention, as on a GPU
-    (about a minute on two cores): one text in both modes. In scalar C++ (inductor's vector code
-    for this CPU is not what a GPU runs, and some of it fails to build)."""
+    (about a minute on two cores): one text in both modes, greedy with timestamps and sampling. In
+    scalar C++ (inductor's vector code for this CPU is not what a GPU runs, and some of it fails to
+    build)."""
     from torch._dynamo.utils import counters
     from torch._inductor import config
 
     monkeypatch.setattr(config.cpp, "simdlen", 1)
 
-    options = replace(OPTIONS["timestamps-adaptive"], adaptive_draft=False, compile=True)
     pair = compiled_rounds(random_pair())
     torch.manual_seed(2)
     mel = torch.randn(2, 80, 3000)
-    compiled_frames = counters["frames"]["ok"]
-    reference, _ = decode_windows(pair, mel, main_alone(options))
-    results, stats = decode_windows(pair, mel, options)
-    assert [r.tokens for r in results] == [r.tokens for r in reference]
-    assert stats.drafted > 0 and stats.accepted > 0
-    assert counters["frames"]["ok"] >= compiled_frames + 3  # settle, verify_step and draft_step, at least
+    for name in ("timestamps-adaptive", "sampling"):
+        options = replace(OPTIONS[name], adaptive_draft=False, compile=True)
+        compiled_frames = counters["frames"]["ok"]
+        reference, _ = decode_windows(pair, mel, main_alone(options), seeds=[0, 1])
+        results, stats = decode_windows(pair, mel, options, seeds=[0, 1])
+        assert [r.tokens for r in results] == [r.tokens for r in reference], name
+        assert stats.drafted > 0 and stats.accepted > 0
+        assert counters["frames"]["ok"] >= compiled_frames + 3  # settle, verify_step and draft_step, at least
 
 
 def test_a_round_step_that_cannot_compile_fails_naming_it(monkeypatch):
