@@ -1,6 +1,6 @@
-"""One table from a GPU check's folder (benchmarks/gpu.sh): the CUDA tests' outcome, speed, WER and
-microseconds a token per configuration, memory float against int8, the main decoder's bandwidth floor,
-and the issue's targets next to what was measured.
+"""One table from a GPU check's folder (benchmarks/gpu.sh): the CUDA tests' outcome, speed, WER,
+microseconds a token and warm-up seconds (captures, compiling) per configuration, memory float
+against int8, the main decoder's bandwidth floor, and the issue's targets next to what was measured.
 Usage: python benchmarks/gpu_summary.py OUT  (prints markdown)"""
 
 from __future__ import annotations
@@ -53,12 +53,13 @@ def summary(folder: Path) -> str:
     lines += [f"{name}: left out ({reason})" for name, reason in report.get("peers_left_out", {}).items()]
     lines += [""] if report.get("peers_left_out") else []
     lines += ["| configuration | time (s) | decoding (s) | us / token | WER (%) | speedup | decoding speedup | "
-              "acceptance | identical |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "acceptance | identical | warm-up (s) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in report["configs"] + wide["configs"]:
         lines.append(f"| {c['name']} | {c['total_seconds']:.1f} | {_fmt(c.get('decoding_seconds'), '{:.1f}')} | "
                      f"{_fmt(_microseconds_a_token(c), '{:.0f}')} | "
                      f"{100 * c['wer']:.2f} | {_fmt(c.get('speedup'))} | {_fmt(c.get('decoding_speedup'))} | "
-                     f"{_fmt(c.get('acceptance'), '{:.3f}')} | {_fmt(c.get('identical_fraction'), '{:.0%}')} |")
+                     f"{_fmt(c.get('acceptance'), '{:.3f}')} | {_fmt(c.get('identical_fraction'), '{:.0%}')} | "
+                     f"{_fmt(c.get('warm_up_seconds'), '{:.1f}')} |")
     # the GPU issue's targets: main-only b1 at or under 600 us a token, speculation 1.6x at b1 and 1.3x at b4;
     # eager and, where the bench ran them, compiled
     targets = []

@@ -8,13 +8,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import jiwer
+import numpy as np
 import pytest
 import torch
 from conftest import SPEECH, manifest, perturbed_decoder, random_model, speech
 
 import whisper_spec.bench.harness as harness
 from whisper_spec.audio import load_audio
-from whisper_spec.bench.data import load_utterances
+from whisper_spec.bench.data import Utterance, batches, load_utterances
 from whisper_spec.bench.harness import run_bench
 from whisper_spec.bench.metrics import normalize, word_error_rate
 from whisper_spec.bench.peers import FasterWhisperPeer, load_peers
@@ -24,6 +25,7 @@ from whisper_spec.load import load_pair
 from whisper_spec.options import BenchOptions
 from whisper_spec.pair import WhisperPair
 from whisper_spec.sources import ct2_source, default_assistant
+from whisper_spec.stats import DecodingStats
 
 BENCHMARKS_DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 MANIFEST = str(SPEECH / "manifest.jsonl")
@@ -142,6 +144,31 @@ def test_configurations_take_turns_in_a_shuffled_order():
     followers = {name: {block[block.index(name) + 1] for block in blocks if block[-1] != name} for name in "abcd"}
     assert all(len(after) > 1 for after in followers.values())
     assert all(parts[name].tokens == [[i] for i in range(8)] for name in "abcd")
+
+
+def test_the_warm_up_runs_every_batch_shape_the_timed_runs_have(monkeypatch):
+    """A new batch shape captures CUDA graphs or compiles: the warm-up takes each configuration
+    through a full batch and the last block's remainder (3 utterances at batch 2: 2, then 1), so no
+    timed run meets a shape first, and its seconds are reported."""
+    main = random_model(0)
+    pair = WhisperPair(main, perturbed_decoder(main, 0.1, seed=1), torch.device("cpu"), torch.float32)
+    utterances = [Utterance(f"u{i}", np.zeros(16000, np.float32), None, "en") for i in range(3)]
+    calls = []  # each call's configuration and the batch sizes _run_ours splits its utterances into
+
+    def recorded(pair, subset, config, options):
+        calls.append((config.name, {len(rows) for rows in batches(len(subset), config.batch_size)}))
+        return [[1]] * len(subset), ["x"] * len(subset), DecodingStats(), [DecodingStats()] * len(subset)
+
+    monkeypatch.setattr(harness, "_run_ours", recorded)
+    runs, configs, _ = harness._run_configs(pair, None, utterances, BenchOptions(batch_sizes=(1, 2), repeats=1, peers=()),
+                                            {}, {}, lambda message: None, False)
+    n_warm_up = 6  # main b1, speculative b1: one batch each; main b2, speculative b2: a full batch and the remainder
+    shapes = {(stage, config.name): set().union(*(sizes for name, sizes in part if name == config.name))
+              for stage, part in (("warm-up", calls[:n_warm_up]), ("timed", calls[n_warm_up:])) for config in configs}
+    for config in configs:
+        assert shapes["timed", config.name] <= shapes["warm-up", config.name]
+        assert runs[config.name].warm_up_seconds > 0
+    assert shapes["warm-up", "main b2"] == {1, 2}
 
 
 @pytest.mark.slow

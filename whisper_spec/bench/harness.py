@@ -52,6 +52,7 @@ class Run:
     stats: DecodingStats | None = None  # counts (identical in every repeat)
     per_utterance: list[DecodingStats] = field(default_factory=list)
     peak_memory_bytes: int | None = None
+    warm_up_seconds: float = 0.0  # untimed: graph captures, compiles (DecodingOptions.compile), first-use costs
 
 
 def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, options: BenchOptions):
@@ -145,21 +146,29 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
                                                  languages=[languages[i] for i in rows])
         return tokens, texts, None, []
 
+    blocks = batches(len(utterances), math.lcm(*(c.batch_size for c in configs)))
     bar = tqdm(total=len(configs), desc="warm-up", unit="run", disable=not progress)
-    for config in configs:  # one batch each
+    warm_up_seconds = {}
+    for config in configs:
+        # every batch shape the timed blocks have, a full one and the last block's remainder: a new
+        # shape captures CUDA graphs or compiles, which no timed run should pay
+        shapes = [range(min(config.batch_size, len(utterances)))]
+        shapes += [blocks[-1]] if len(blocks[-1]) % config.batch_size else []
+        start = time.perf_counter()
         try:
-            execute(config, range(min(config.batch_size, len(utterances))))
+            for rows in shapes:
+                execute(config, rows)
         except RuntimeError as error:
             if config.engine not in peers:
                 raise
             left_out[config.engine] = str(error)
             note(f"{config.engine} is left out: {error}")
+        synchronize(pair.device)
+        warm_up_seconds[config.name] = time.perf_counter() - start
         bar.update()
     bar.close()
     configs = [c for c in configs if c.engine not in left_out]
-    runs = {c.name: Run() for c in configs}
-    block = math.lcm(*(c.batch_size for c in configs))
-    blocks = batches(len(utterances), block)
+    runs = {c.name: Run(warm_up_seconds=warm_up_seconds[c.name]) for c in configs}
     bar = tqdm(total=len(configs) * options.repeats * len(blocks), desc="bench", unit="run", disable=not progress)
     for _ in range(options.repeats):
         parts, seconds = _time_repeat(configs, blocks, execute, pair.device, bar)

@@ -40,6 +40,7 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
             "differing_utterances": differing,
             "total_seconds": total,
             "total_seconds_all": run.total_seconds,
+            "warm_up_seconds": run.warm_up_seconds,
             "encoder_seconds": statistics.median(run.encoder_seconds) if stats else None,
             "decoding_seconds": statistics.median(run.decoding_seconds) if stats else None,
             "speedup": statistics.median(float_main.total_seconds) / total if float_main else None,
