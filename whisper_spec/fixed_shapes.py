@@ -219,12 +219,14 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
     rows = torch.arange(len(tokens), device=tokens.device)
     round_drafts = state.draft_length.clamp(max=k)
     caches = context.caches.assistant
-    step = functools.partial(round_step(context, draft_step), context.draft_logits, assistant.decoder, caches,
-                             context.draft_rules, context.temperature, context.n_ctx)
-    name = ("draft", context.draft_rules.key, context.temperature, context.n_ctx, context.compiles_rounds)
     for j in range(k):
         current = state.length + j
         width = (context.prompt_length if first else ASSISTANT_WIDTH) if j == 0 else 1
+        # the prompt's step runs once a window: compiling it would cost a compile a batch size and save little
+        compiles = context.compiles_rounds and not (first and j == 0)
+        step = functools.partial(compiled_step(draft_step) if compiles else draft_step, context.draft_logits,
+                                 assistant.decoder, caches, context.draft_rules, context.temperature, context.n_ctx)
+        name = ("draft", context.draft_rules.key, context.temperature, context.n_ctx, compiles)
         window, positions = token_window(tokens, (current - width).clamp(min=0), width)
         inputs = (window, positions, tokens, current, context.seeds, context.end_floors)
         if state.hidden is not None:
