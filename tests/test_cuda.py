@@ -60,12 +60,15 @@ def test_base_speculative_equals_main_only_on_cuda(cuda_pair, clip_mel, batch, t
 
 
 @pytest.mark.filterwarnings("error:CUDA graphs turned off")
-@pytest.mark.parametrize("batch, timestamps", [(1, False), (4, True)], ids=["b1-text", "b4-timestamps"])
-def test_compiled_rounds_are_exact_on_cuda(cuda_pair, clip_mel, batch, timestamps):
+@pytest.mark.parametrize("dtype, batch, timestamps", [("float16", 1, False), ("bfloat16", 4, True)],
+                         ids=["float16-b1-text", "bfloat16-b4-timestamps"])
+def test_compiled_rounds_are_exact_on_cuda(clip_mel, dtype, batch, timestamps):
     """DecodingOptions.compile on a GPU: every step of a round through torch.compile, then captured
-    whole; speculative == main-only, both compiled, and the round's steps were compiled."""
+    whole; speculative == main-only, both compiled, and the round's steps were compiled. Two cases,
+    each dtype and each timestamp mode once: every case compiles its own graphs, which a GPU lease pays."""
     from torch._dynamo.utils import counters
 
+    cuda_pair = load_pair("base", "default", device="cuda", dtype=dtype)
     mel = clip_mel[:batch]
     options = DecodingOptions(speculation="on", timestamps=timestamps, compile=True)
     compiled_frames = counters["frames"]["ok"]
