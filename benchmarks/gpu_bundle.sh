@@ -6,7 +6,8 @@
 #   here:   benchmarks/gpu_bundle.sh            (then `echo /.gpu/ >> .git/info/exclude` once)
 #   device: one call per piece, carry [".gpu/N"], command `bash benchmarks/gpu_install.sh --keep`
 #           (a call removes the pieces an earlier call carried, so each is kept under /tmp); then:
-#           bash benchmarks/gpu_install.sh && . /tmp/gpu_env && bash benchmarks/gpu.sh /tmp/gpu;
+#           bash benchmarks/gpu_install.sh && . /tmp/gpu_env && GPU_CHECK_SECONDS=$((565-SECONDS))
+#           GPU_BENCH_ARGS="--repeats 1 --peers none" bash benchmarks/gpu.sh /tmp/gpu;
 #           tar -C /tmp -czf $OUT/gpu.tgz gpu      (at most 8 files come back from $OUT)
 #   The machine is given back 30 s after a call, and the pieces with it: make the calls back to back.
 #   Fewer calls: PIECE_MB=56 makes three pieces; the first two fit beside a tree whose assistant

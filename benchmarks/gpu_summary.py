@@ -34,15 +34,41 @@ def _fmt(value, pattern: str = "{:.2f}x") -> str:
     return "—" if value is None else pattern.format(value)
 
 
+def _profile_lines(path: Path) -> list[str]:
+    """The step profile's figures a token, per variant and mode (gpu_step_profile.py)."""
+    if not path.is_file():
+        return []
+    profile = json.loads(path.read_text())
+    lines = [f"step profile ({profile['clips']} clips, batch {profile['batch']}):", "",
+             "| variant | mode | wall us / token | device busy us / token | device kernels / token | "
+             "host syncs / token | identical clips |", "|---|---|---:|---:|---:|---:|---|"]
+    for variant, figures in profile["variants"].items():
+        for mode, m in figures["modes"].items():
+            lines.append(f"| {variant} | {mode} | {_fmt(m.get('wall_us_a_token'), '{:.0f}')} | "
+                         f"{_fmt(m.get('device_busy_us_a_token'), '{:.0f}')} | "
+                         f"{_fmt(m.get('device_kernels_a_token'), '{:.0f}')} | "
+                         f"{_fmt(m.get('host_syncs_a_token'), '{:.2f}')} | "
+                         f"{str(figures['identical']) + '/' + str(profile['clips']) if mode == 'speculative' else ''} |")
+    return lines + [""]
+
+
 def summary(folder: Path) -> str:
     lines = [f"# GPU check: {folder.name}", ""]
-    tests = folder / "cuda_tests.txt"
-    if tests.is_file():
-        tail = [line for line in tests.read_text().splitlines() if line.strip()]
-        lines += [f"CUDA tests: {tail[-1] if tail else 'no output'}", ""]
-    else:
+    for name, label in (("cuda_tests.txt", "CUDA tests"), ("cuda_tests_compiled.txt", "CUDA tests of compiled rounds")):
+        tests = folder / name
+        if tests.is_file():
+            tail = [line for line in tests.read_text().splitlines() if line.strip()]
+            lines += [f"{label}: {tail[-1] if tail else 'no output'}", ""]
+    if not (folder / "cuda_tests.txt").is_file():
         lines += ["CUDA tests: not run (dry mode)", ""]
-    report = json.loads((folder / "librispeech" / "report.json").read_text())
+    cut = folder / "out_of_time.txt"
+    if cut.is_file():
+        lines += [f"out of time: {'; '.join(cut.read_text().split(chr(10))).strip('; ')}", ""]
+    lines += _profile_lines(folder / "step_profile.json")
+    report_file = folder / "librispeech" / "report.json"
+    if not report_file.is_file():
+        return "\n".join(lines + ["LibriSpeech bench: no report (not run, or cut short)"]) + "\n"
+    report = json.loads(report_file.read_text())
     wide_file = folder / "wide_batches" / "report.json"
     wide = json.loads(wide_file.read_text()) if wide_file.is_file() else {"configs": [], "check": {"passed": True}}
     machine = report["machine"]
