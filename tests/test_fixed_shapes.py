@@ -261,7 +261,15 @@ def test_whole_rounds_replayed_as_graphs_would_give_the_same_tokens(monkeypatch)
             self.run_round()
 
     monkeypatch.setattr(fixed_rounds, "capture_round", Replayed)
-    monkeypatch.setattr(fixed_rounds, "step_graphs", lambda decoder: lambda caches, name, step, *inputs: step(*inputs))
+    steps = []
+
+    def stand_in_step_graphs(decoder):
+        def replayed(caches, name, step, *inputs):
+            steps.append(name[0])
+            return step(*inputs)
+        return replayed
+
+    monkeypatch.setattr(fixed_rounds, "step_graphs", stand_in_step_graphs)
     pair = random_pair()
     torch.manual_seed(0)
     batches = [(torch.randn(3, 80, 3000), [0, 1, 2]), (torch.randn(3, 80, 3000), [3, 4, 5]),
@@ -274,8 +282,11 @@ def test_whole_rounds_replayed_as_graphs_would_give_the_same_tokens(monkeypatch)
             for batch, (mel, seeds) in enumerate(batches):
                 expected, expected_stats = decode_windows(stepwise, mel, mode, seeds=seeds)
                 replays.clear()
+                steps.clear()
                 captured_before = len(captures)
                 results, stats = decode_windows(graphed, mel, mode, seeds=seeds)
+                # the prompt's prefill and the first round's steps are replayed step graphs
+                assert steps[0] == "prefill" and steps.count("prefill") == 1 and "verify" in steps
                 assert [r.tokens for r in results] == [r.tokens for r in expected]
                 assert (stats.main_forwards, stats.assistant_forwards, stats.accepted) == (
                     expected_stats.main_forwards, expected_stats.assistant_forwards, expected_stats.accepted)

@@ -51,7 +51,7 @@ def fixed_shape_decode(context: Context, state: State, stats: DecodingStats) -> 
     adaptive drafts it reads the next round's k with it, each round. With CUDA graphs, from the
     second round on a whole round is one graph (RoundGraph), replayed round after round, and kept for
     the next batch of the same configuration (whole_rounds)."""
-    prefill(context, state, stats)
+    prefill(context, state, stats, features=functools.partial(prefill_features, context, head_taps(context, state)))
     adaptive = context.drafts and context.options.adaptive_draft
     k = int(state.draft_length.max()) if context.drafts else 0
     per_read = 1 if adaptive else context.rounds_per_read
@@ -206,6 +206,15 @@ def _replay(context: Context, decoder, caches: DecoderCaches, name: tuple, step,
     if context.graphs and not direct:
         return step_graphs(decoder)(caches, name, step, *inputs)
     return step(*inputs)
+
+
+def prefill_features(context: Context, taps: tuple[int, ...] | None, window: Tensor, positions: Tensor) -> Tensor:
+    """The main decoder's features over the prompt (speculative.prefill), one replay where CUDA
+    graphs are on: its launches would cost the host more than the device. Not compiled: it runs
+    once a window."""
+    decoder, caches = context.main.decoder, context.caches.main
+    step = functools.partial(decoder.features, caches=caches, taps=taps)
+    return _replay(context, decoder, caches, ("prefill", taps), step, window, positions)
 
 
 def fixed_draft(context: Context, state: State, k: int, first: bool, direct: bool = False) -> Tensor:

@@ -148,14 +148,17 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
         advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
 
 
-def prefill(context: Context, state: State, stats: DecodingStats) -> None:
+def prefill(context: Context, state: State, stats: DecodingStats, features=None) -> None:
     """The main model's keys and values of the prompt but its last token, in a call of its own, so
-    that every later main call has the same width (fixed shapes)."""
+    that every later main call has the same width (fixed shapes). features: what runs the main
+    decoder on (window, positions), as Decoder.features on the batch's caches (a replayed graph of
+    it, fixed_shapes.fixed_shape_decode)."""
     n_prefill = context.prompt_length - 1
     if n_prefill > 0:
         positions = torch.arange(n_prefill, device=state.tokens.device).expand(len(state.tokens), -1)
-        hidden = context.main.decoder.features(state.tokens[:, :n_prefill], positions, context.caches.main,
-                                               taps=head_taps(context, state))
+        features = features or functools.partial(context.main.decoder.features, caches=context.caches.main,
+                                                 taps=head_taps(context, state))
+        hidden = features(state.tokens[:, :n_prefill], positions)
         if state.hidden is not None:
             state.hidden[:, :n_prefill] = head_input(context, state, hidden)
             hidden = context.main.decoder.final_hidden(hidden)
