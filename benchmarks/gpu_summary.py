@@ -76,8 +76,8 @@ def summary(folder: Path) -> str:
     check = f"FAILED: {failures}" if failures else "passed"
     lines += [f"device: {machine.get('gpu', machine['device'])}, torch {machine['torch']}, "
               f"{report['data']['utterances']} utterances, exactness check {check}", ""]
-    lines += [f"{name}: left out ({reason})" for name, reason in report.get("peers_left_out", {}).items()]
-    lines += [""] if report.get("peers_left_out") else []
+    lines += [f"{name}: left out ({reason})" for name, reason in report.get("left_out", {}).items()]
+    lines += [""] if report.get("left_out") else []
     lines += ["| configuration | time (s) | decoding (s) | us / token | WER (%) | speedup | decoding speedup | "
               "acceptance | identical | warm-up (s) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in report["configs"] + wide["configs"]:

@@ -21,6 +21,7 @@ from whisper_spec.bench.metrics import normalize, word_error_rate
 from whisper_spec.bench.peers import FasterWhisperPeer, load_peers
 from whisper_spec.bench.report import markdown_table, write_outputs
 from whisper_spec.cli.main import main as cli
+from whisper_spec.fixed_shapes import CompileError
 from whisper_spec.load import load_pair
 from whisper_spec.options import BenchOptions
 from whisper_spec.pair import WhisperPair
@@ -171,6 +172,35 @@ def test_the_warm_up_runs_every_batch_shape_the_timed_runs_have(monkeypatch):
     assert shapes["warm-up", "main b2"] == {1, 2}
 
 
+def test_a_configuration_that_cannot_compile_is_left_out_with_its_reason(monkeypatch):
+    """Compiled rounds that torch.compile cannot build (no Triton, a compiler error) leave the eager
+    configurations measured and checked: the failing compiled one is left out with the error, and so
+    is any compiled speculative one whose compiled main-only baseline is; another error still ends the run."""
+    main = random_model(0)
+    pair = WhisperPair(main, perturbed_decoder(main, 0.1, seed=1), torch.device("cpu"), torch.float32)
+    pair.platform = replace(pair.platform, compiles="rounds")
+    utterances = [Utterance(f"u{i}", np.zeros(16000, np.float32), None, "en") for i in range(2)]
+    failing = {"main compiled b1": CompileError("compile: torch.compile failed on verify_step (...)"),
+               "speculative compiled b2": CompileError("compile: torch.compile failed on draft_step (...)")}
+
+    def run(pair, subset, config, options):
+        if config.name in failing:
+            raise failing[config.name]
+        return [[1]] * len(subset), ["x"] * len(subset), DecodingStats(), [DecodingStats()] * len(subset)
+
+    monkeypatch.setattr(harness, "_run_ours", run)
+    left_out = {}
+    options = BenchOptions(batch_sizes=(1, 2), repeats=1, peers=(), compile=True)
+    runs, configs, _ = harness._run_configs(pair, None, utterances, options, {}, left_out, lambda message: None, False)
+    assert [c.name for c in configs] == ["main b1", "speculative b1", "main b2", "main compiled b2", "speculative b2"]
+    assert left_out == {"main compiled b1": str(failing["main compiled b1"]),
+                        "speculative compiled b2": str(failing["speculative compiled b2"]),
+                        "speculative compiled b1": "its baseline, main compiled b1, is left out"}
+    failing["main b1"] = RuntimeError("a bug")
+    with pytest.raises(RuntimeError, match="a bug"):
+        harness._run_configs(pair, None, utterances, options, {}, {}, lambda message: None, False)
+
+
 @pytest.mark.slow
 def test_a_peer_that_cannot_run_is_left_out_with_its_reason(pair, utterances, tmp_path, monkeypatch):
     """faster-whisper on a CTranslate2 directory whose weights are cut short: left out as it loads,
@@ -182,16 +212,16 @@ def test_a_peer_that_cannot_run_is_left_out_with_its_reason(pair, utterances, tm
     (broken / "model.bin").write_bytes((broken / "model.bin").read_bytes()[:4096])
     options = BenchOptions(batch_sizes=(1,), repeats=1, peers=("faster-whisper",))
     report = run_bench(pair, utterances[:1], options, model=str(broken), progress=False)
-    assert "faster-whisper" in report["peers_left_out"] and report["check"]["passed"]
+    assert "faster-whisper" in report["left_out"] and report["check"]["passed"]
     assert {c["engine"] for c in report["configs"]} == {"whisper-spec"}
-    assert f"faster-whisper: left out ({report['peers_left_out']['faster-whisper']})" in markdown_table(report)
+    assert f"faster-whisper: left out ({report['left_out']['faster-whisper']})" in markdown_table(report)
 
     def no_cublas(self, *args, **kwargs):
         raise RuntimeError("faster-whisper: RuntimeError: Library libcublas.so.12 is not found or cannot be loaded")
 
     monkeypatch.setattr(FasterWhisperPeer, "run", no_cublas)
     report = run_bench(pair, utterances[:1], options, progress=False)
-    assert "libcublas.so.12" in report["peers_left_out"]["faster-whisper"] and report["check"]["passed"]
+    assert "libcublas.so.12" in report["left_out"]["faster-whisper"] and report["check"]["passed"]
     assert [c["name"] for c in report["configs"]] == ["main b1", "speculative b1"]
 
 

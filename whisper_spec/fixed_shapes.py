@@ -163,6 +163,10 @@ def settle(context: Context, state: State, k: int, round_drafts: Tensor, chosen:
     advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
 
 
+class CompileError(RuntimeError):
+    """torch.compile could not compile a round's step (compiled_step)."""
+
+
 # a compiled step has a graph per batch size, window width and baked value (rules, greedy or sampling,
 # k): a long mixed job's few dozen, where torch's default limit of 8 would send the rest back to eager
 RECOMPILE_LIMIT = 256
@@ -193,7 +197,7 @@ def compiled_step(function):
                 return compiled(*args, **kwargs)
             except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as error:
                 reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-                raise RuntimeError(f"compile: torch.compile failed on {function.__name__} ({type(error).__name__}: "
+                raise CompileError(f"compile: torch.compile failed on {function.__name__} ({type(error).__name__}: "
                                    f"{reason}); decode without compiling") from error
     return run
 

@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from ..decoding import decode_windows
 from ..encoding import detect_languages, pair_features
+from ..fixed_shapes import CompileError
 from ..options import CHUNK_SECONDS, BenchOptions, DecodingOptions
 from ..pair import WhisperPair
 from ..platform import synchronize
@@ -123,7 +124,7 @@ def run_bench(pair: WhisperPair, utterances: list[Utterance], options: BenchOpti
             for peer in peers.values():
                 peer.close()
     report = build_report(pair, utterances, configs, runs, options, model, data or {}, languages)
-    report["peers_left_out"] = left_out
+    report["left_out"] = left_out
     report["int8_kernel"] = int8_pair.int8_kernel if int8_pair is not None else None
     report["auto_max_draft_frames_int8"] = int8_pair.platform.auto_max_draft_frames if int8_pair is not None else None
     return report
@@ -133,7 +134,8 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
                  options: BenchOptions, peers: dict, left_out: dict, note, progress: bool
                  ) -> tuple[dict[str, Run], list[Config], list[str]]:
     """The warm-up and the timed repeats of every configuration: the runs, the configurations and
-    the utterances' languages. A peer whose warm-up fails is left out (its reason added to left_out)."""
+    the utterances' languages. A peer whose warm-up fails is left out (its reason added to left_out),
+    and so is a compiled configuration of ours that torch.compile cannot compile."""
     configs = plan_configs(pair, options, peers)
     languages = _languages_of(pair, utterances)  # given, or the main model's detection; peers get them too
 
@@ -159,15 +161,20 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
             for rows in shapes:
                 execute(config, rows)
         except RuntimeError as error:
-            if config.engine not in peers:
+            # a peer, or a compiled configuration of ours (the eager ones still run and are checked)
+            left = config.engine if config.engine in peers else config.name
+            if left == config.name and not isinstance(error, CompileError):
                 raise
-            left_out[config.engine] = str(error)
-            note(f"{config.engine} is left out: {error}")
+            left_out[left] = str(error)
+            note(f"{left} is left out: {error}")
         synchronize(pair.device)
         warm_up_seconds[config.name] = time.perf_counter() - start
         bar.update()
     bar.close()
-    configs = [c for c in configs if c.engine not in left_out]
+    for config in configs:  # a configuration whose baseline is left out could not be checked
+        if config.baseline in left_out and config.name not in left_out:
+            left_out[config.name] = f"its baseline, {config.baseline}, is left out"
+    configs = [c for c in configs if c.engine not in left_out and c.name not in left_out]
     runs = {c.name: Run(warm_up_seconds=warm_up_seconds[c.name]) for c in configs}
     bar = tqdm(total=len(configs) * options.repeats * len(blocks), desc="bench", unit="run", disable=not progress)
     for _ in range(options.repeats):

@@ -165,7 +165,7 @@ def markdown_table(report: dict) -> str:
                          f"{fmt(c['draft_step_in_main_steps'], '{:.2f}')} | {c['draft_steps_per_round']:.2f} | "
                          f"{fmt(c['rest_in_main_steps'], '{:.2f}')} | {fmt(c['round_in_main_steps'], '{:.2f}')} | "
                          f"{c['tokens_per_round']:.2f} | {c['main_only_tokens_per_step']:.2f} | {c['decoding_speedup']:.2f}x |")
-    for name, reason in report.get("peers_left_out", {}).items():
+    for name, reason in report.get("left_out", {}).items():
         lines += ["", f"{name}: left out ({reason})"]
     lines.append("")
     lines.append("check: " + ("passed (speculative output identical to main-only output)" if report["check"]["passed"]
