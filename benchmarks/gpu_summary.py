@@ -43,12 +43,14 @@ def _profile_lines(path: Path) -> list[str]:
              "| variant | mode | wall us / token | device busy us / token | device kernels / token | "
              "host syncs / token | identical clips |", "|---|---|---:|---:|---:|---:|---|"]
     for variant, figures in profile["variants"].items():
-        for mode, m in figures["modes"].items():
+        if "error" in figures:
+            lines.append(f"| {variant} | failed: {figures['error'].splitlines()[0][:200]} | | | | | |")
+        for mode, m in figures.get("modes", {}).items():
             lines.append(f"| {variant} | {mode} | {_fmt(m.get('wall_us_a_token'), '{:.0f}')} | "
                          f"{_fmt(m.get('device_busy_us_a_token'), '{:.0f}')} | "
                          f"{_fmt(m.get('device_kernels_a_token'), '{:.0f}')} | "
                          f"{_fmt(m.get('host_syncs_a_token'), '{:.2f}')} | "
-                         f"{str(figures['identical']) + '/' + str(profile['clips']) if mode == 'speculative' else ''} |")
+                         f"{_fmt(figures.get('identical'), '{}/' + str(profile['clips'])) if mode == 'speculative' else ''} |")
     return lines + [""]
 
 
@@ -60,7 +62,7 @@ def summary(folder: Path) -> str:
             tail = [line for line in tests.read_text().splitlines() if line.strip()]
             lines += [f"{label}: {tail[-1] if tail else 'no output'}", ""]
     if not (folder / "cuda_tests.txt").is_file():
-        lines += ["CUDA tests: not run (dry mode)", ""]
+        lines += ["CUDA tests: not run (dry mode, or out of time)", ""]
     cut = folder / "out_of_time.txt"
     if cut.is_file():
         lines += [f"out of time: {'; '.join(cut.read_text().split(chr(10))).strip('; ')}", ""]
