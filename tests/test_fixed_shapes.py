@@ -12,6 +12,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from whisper_spec.caches import BatchCaches
 from whisper_spec.decoding import decode_encoded, decode_windows, encode_batch
+from whisper_spec.fixed_shapes import CompileError
 from whisper_spec.graphs import buffer_layout
 from whisper_spec.model import DecoderCaches, Linear
 from whisper_spec.options import DecodingOptions
@@ -294,6 +295,42 @@ def test_whole_rounds_replayed_as_graphs_would_give_the_same_tokens(monkeypatch)
                 assert captured == (batch != 1), "a batch of a configuration seen before captured its rounds again"
                 # prefill and the first round run as they are, then a capture's warm-up or replays
                 assert replays and len(replays) == stats.main_forwards - 2 - captured
+
+
+def test_a_step_that_fails_on_its_own_raises_and_keeps_graphs_on(monkeypatch):
+    """StepGraphs on CPU with stand-ins for CUDA's stream, graph and pool: a step whose warm-up raises
+    (a compile error) raises as it is, and the decoder's other steps are still captured; a capture
+    that fails turns graphs off with a warning and runs the step eagerly, with its result."""
+    import contextlib
+
+    import whisper_spec.graphs as graphs
+
+    failing_capture = []
+
+    @contextlib.contextmanager
+    def stand_in_capture(graph, pool=None):
+        if failing_capture:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        yield
+
+    monkeypatch.setattr(graphs, "_warm_up", lambda fn, *inputs: fn(*inputs))
+    monkeypatch.setattr(torch.cuda, "graph", stand_in_capture)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: type("Graph", (), {"replay": lambda self: None})())
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    caches = DecoderCaches([], random_model(0).decoder.new_caches(1, 8))
+    steps = graphs.StepGraphs()
+
+    def cannot_compile(x):
+        raise CompileError("compile: torch.compile failed on verify_step (...)")
+
+    with pytest.raises(CompileError):
+        steps(caches, ("verify",), cannot_compile, torch.ones(2))
+    assert not steps.failed
+    assert torch.equal(steps(caches, ("draft",), lambda x: x + 1, torch.ones(2)), torch.full((2,), 2.0))
+    failing_capture.append(1)
+    with pytest.warns(UserWarning, match="CUDA graphs turned off"):
+        assert torch.equal(steps(caches, ("settle",), lambda x: x * 3, torch.ones(2)), torch.full((2,), 3.0))
+    assert steps.failed
 
 
 @torch.inference_mode()

@@ -236,10 +236,11 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
         current = state.length + j
         width = (context.prompt_length if first else ASSISTANT_WIDTH) if j == 0 else 1
         # the prompt's step runs once a window: compiling it would cost a compile a batch size and save little
-        compiles = context.compiles_rounds and not (first and j == 0)
-        step = functools.partial(compiled_step(draft_step) if compiles else draft_step, context.draft_logits,
+        over_prompt = first and j == 0
+        step = functools.partial(draft_step if over_prompt else round_step(context, draft_step), context.draft_logits,
                                  assistant.decoder, caches, context.draft_rules, context.temperature, context.n_ctx)
-        name = ("draft", context.draft_rules.key, context.temperature, context.n_ctx, compiles)
+        name = ("draft", context.draft_rules.key, context.temperature, context.n_ctx,
+                context.compiles_rounds and not over_prompt)
         window, positions = token_window(tokens, (current - width).clamp(min=0), width)
         inputs = (window, positions, tokens, current, context.seeds, context.end_floors)
         if state.hidden is not None:

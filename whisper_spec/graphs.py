@@ -40,13 +40,16 @@ def _warm_up(fn: Callable, *inputs: Tensor) -> None:
 
 
 class _Captured:
-    def __init__(self, fn: Callable[..., Tensor | tuple[Tensor, ...]], inputs: tuple[Tensor, ...], pool):
+    def __init__(self, fn: Callable[..., Tensor | tuple[Tensor, ...]], inputs: tuple[Tensor, ...]):
+        """fn's warm-up on copies of inputs; an error there is the step's own (capture() comes after)."""
         self.fn = fn  # kept: the graph reads the tensors fn holds (rules' masks) where they were at capture
         self.inputs = tuple(x.clone() for x in inputs)
         _warm_up(fn, *self.inputs)
+
+    def capture(self, pool) -> None:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=pool):
-            self.output = fn(*self.inputs)
+            self.output = self.fn(*self.inputs)
 
     def __call__(self, inputs: tuple[Tensor, ...]) -> Tensor | tuple[Tensor, ...]:
         for static, x in zip(self.inputs, inputs):
@@ -60,7 +63,8 @@ class _Captured:
 
 class StepGraphs:
     """One decoder's captured steps, kept across batches. A capture that fails (an op that cannot be
-    captured, too little memory) is reported once, and the decoder's steps run eagerly from then on."""
+    captured, too little memory) is reported once, and the decoder's steps run eagerly from then on;
+    a step that fails on its own (its warm-up raises) raises, and the graphs stay on."""
 
     MAX_LAYOUTS = 4  # batch shapes whose graphs are kept (each holds its own memory pool)
 
@@ -82,13 +86,15 @@ class StepGraphs:
         key = (name, tuple(x.shape for x in inputs))
         captured = graphs.get(key)
         if captured is None:
+            captured = _Captured(fn, inputs)  # a step that fails as it runs (a compile error) raises here
             try:
-                captured = graphs[key] = _Captured(fn, inputs, pool)
+                captured.capture(pool)
             except Exception as error:  # noqa: BLE001 - any capture failure: eager is always correct
                 warnings.warn(f"CUDA graphs turned off: capturing a decoder step failed ({error})", stacklevel=2)
                 self.failed = True
                 self._layouts.clear()
                 return fn(*inputs)
+            graphs[key] = captured
         return captured(inputs)
 
 
