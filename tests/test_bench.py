@@ -176,7 +176,8 @@ def test_the_warm_up_runs_every_batch_shape_the_timed_runs_have(monkeypatch):
 def test_a_configuration_that_cannot_compile_is_left_out_with_its_reason(monkeypatch):
     """Compiled rounds that torch.compile cannot build (no Triton, a compiler error) leave the eager
     configurations measured and checked: the failing compiled one is left out with the error, and so
-    is any compiled speculative one whose compiled main-only baseline is; another error still ends the run."""
+    is any compiled speculative one whose compiled main-only baseline is (without trying it); another
+    error still ends the run."""
     main = random_model(0)
     pair = WhisperPair(main, perturbed_decoder(main, 0.1, seed=1), torch.device("cpu"), torch.float32)
     pair.platform = replace(pair.platform, compiles="rounds")
@@ -184,7 +185,10 @@ def test_a_configuration_that_cannot_compile_is_left_out_with_its_reason(monkeyp
     failing = {"main compiled b1": CompileError("compile: torch.compile failed on verify_step (...)"),
                "speculative compiled b2": CompileError("compile: torch.compile failed on draft_step (...)")}
 
+    ran = []
+
     def run(pair, subset, config, options):
+        ran.append(config.name)
         if config.name in failing:
             raise failing[config.name]
         return [[1]] * len(subset), ["x"] * len(subset), DecodingStats(), [DecodingStats()] * len(subset)
@@ -197,6 +201,7 @@ def test_a_configuration_that_cannot_compile_is_left_out_with_its_reason(monkeyp
     assert left_out == {"main compiled b1": str(failing["main compiled b1"]),
                         "speculative compiled b2": str(failing["speculative compiled b2"]),
                         "speculative compiled b1": "its baseline, main compiled b1, is left out"}
+    assert "speculative compiled b1" not in ran  # not compiled again only to fail as its baseline did
     failing["main b1"] = RuntimeError("a bug")
     with pytest.raises(RuntimeError, match="a bug"):
         harness._run_configs(pair, None, utterances, options, {}, {}, lambda message: None, False)
