@@ -232,20 +232,21 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
     rows = torch.arange(len(tokens), device=tokens.device)
     round_drafts = state.draft_length.clamp(max=k)
     caches = context.caches.assistant
+    baked = (context.draft_logits, assistant.decoder, caches, context.draft_rules, context.temperature, context.n_ctx)
+    # the prompt's step runs once a window: compiling it would cost a compile a batch size and save little
+    prompt_step, step = (functools.partial(f, *baked) for f in (draft_step, round_step(context, draft_step)))
+    name = ("draft", context.draft_rules.key, context.temperature, context.n_ctx)
     for j in range(k):
         current = state.length + j
         width = (context.prompt_length if first else ASSISTANT_WIDTH) if j == 0 else 1
-        # the prompt's step runs once a window: compiling it would cost a compile a batch size and save little
         over_prompt = first and j == 0
-        step = functools.partial(draft_step if over_prompt else round_step(context, draft_step), context.draft_logits,
-                                 assistant.decoder, caches, context.draft_rules, context.temperature, context.n_ctx)
-        name = ("draft", context.draft_rules.key, context.temperature, context.n_ctx,
-                context.compiles_rounds and not over_prompt)
         window, positions = token_window(tokens, (current - width).clamp(min=0), width)
         inputs = (window, positions, tokens, current, context.seeds, context.end_floors)
         if state.hidden is not None:
             inputs += (hidden_before(state.hidden, positions),)
-        token, confidence, *predicted = _replay(context, assistant.decoder, caches, name, step, *inputs, direct=direct)
+        token, confidence, *predicted = _replay(context, assistant.decoder, caches,
+                                                name + (context.compiles_rounds and not over_prompt,),
+                                                prompt_step if over_prompt else step, *inputs, direct=direct)
         if predicted:
             state.hidden[rows, current - 1] = predicted[0].to(state.hidden.dtype)
         state.assistant_cached.copy_(current)

@@ -166,9 +166,9 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
                 execute(config, rows)
         except RuntimeError as error:
             # a peer, or a compiled configuration of ours (the eager ones still run and are checked)
-            left = config.engine if config.engine in peers else config.name
-            if left == config.name and not isinstance(error, CompileError):
+            if config.engine not in peers and not isinstance(error, CompileError):
                 raise
+            left = config.engine if config.engine in peers else config.name
             left_out[left] = str(error)
             note(f"{left} is left out: {error}")
         synchronize(pair.device)
