@@ -12,7 +12,7 @@ import torch
 
 from whisper_spec.audio import load_audio, log_mel_spectrogram, pad_or_trim
 from whisper_spec.load import load_pair
-from whisper_spec.model import Decoder, DraftHead, Encoder, ModelDims
+from whisper_spec.model import Decoder, DraftHead, Encoder, Linear, ModelDims
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import Whisper, WhisperPair, share_main_modules
 from whisper_spec.tokenizer import SpecialTokens
@@ -76,6 +76,7 @@ def random_model(seed: int, dims: ModelDims = RANDOM_DIMS, with_encoder: bool = 
         decoder.ln.bias.normal_(0, 0.5)
         # the final bias times the EOT embedding is a constant EOT logit: rows end at varied steps
         decoder.token_embedding.weight[RANDOM_SPECIAL.eot] += eot_bias * decoder.ln.bias
+    decoder.proj_out = Linear.of(decoder.token_embedding.weight)  # tied, as load.build_decoder makes it
     return Whisper(f"random-{seed}", Path("."), dims, RANDOM_SPECIAL, None, decoder.eval(),
                         encoder.eval() if encoder is not None else None)
 
@@ -84,10 +85,11 @@ def perturbed_decoder(model: Whisper, noise: float, seed: int) -> Whisper:
     """A decoder-only assistant that mostly agrees with model: its weights plus Gaussian noise."""
     torch.manual_seed(seed)
     decoder = Decoder(model.dims)
-    decoder.load_state_dict(model.decoder.state_dict())
+    decoder.load_state_dict({k: v for k, v in model.decoder.state_dict().items() if not k.startswith("proj_out.")})
     with torch.no_grad():
         for p in decoder.parameters():
             p.add_(torch.randn_like(p) * noise * p.std().clamp(min=1e-3))
+    decoder.proj_out = Linear.of(decoder.token_embedding.weight)
     return Whisper(f"{model.name}+noise{noise}", model.path, model.dims, model.special, None, decoder.eval(), None)
 
 
