@@ -113,7 +113,7 @@ def _setup(args, formats: list[str], load: bool = True):
     options = _options(
         DecodingOptions, task=args.task, language=args.language, temperature=_temperatures(args), timestamps=timestamps,
         draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, adaptive_draft=args.adaptive_draft,
-        speculation=args.speculation, seed=args.seed, cuda_graphs=args.cuda_graphs,
+        speculation=args.speculation, seed=args.seed, prompt=args.initial_prompt, cuda_graphs=args.cuda_graphs,
         compile=args.compile, word_timestamps=args.word_timestamps or args.max_words_per_line is not None,
         no_speech_threshold=args.no_speech_threshold, logprob_threshold=args.logprob_threshold,
         compression_ratio_threshold=args.compression_ratio_threshold,

@@ -125,6 +125,10 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
                             "'none' or 0: no fallback (default: %(default)s)")
     group.add_argument("--seed", type=int, default=DecodingOptions.seed,
                        help="sampling seed, mixed with each window's own (default: %(default)s)")
+    group.add_argument("--initial-prompt", metavar="TEXT", default=None,
+                       help="text every window reads as what came before it: names, terms and spellings to "
+                            "use, punctuation and style to follow (windows decode in parallel, so each reads "
+                            "this, not the window before)")
     group.add_argument("--batch-size", "-b", type=positive_int, default=BATCH_SIZE,
                        help="30 s windows decoded together (default: %(default)s)")
     _add_draft_options(group)

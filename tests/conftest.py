@@ -49,12 +49,13 @@ def base_pair() -> WhisperPair:
     return load_pair("base", None, encoder_precision="float32")
 
 
-# A small vocabulary laid out like Whisper's: text tokens, then the special tokens, then timestamps.
+# A small vocabulary laid out like Whisper's: text tokens, then the special tokens, then timestamps
+# (<|startofprev|> has no id of its own: the last text token stands in).
 RANDOM_SPECIAL = SpecialTokens(
     eot=50, sot=51, transcribe=57, translate=56, no_timestamps=58,
     lang_to_id={"en": 52, "de": 53, "fr": 54, "nl": 55},
     suppress=(1, 2), begin_suppress=(50,),
-    max_initial_timestamp_index=10,
+    max_initial_timestamp_index=10, previous=49,
 )
 RANDOM_DIMS = ModelDims(n_mels=80, n_vocab=59 + 41, d_model=64, n_audio_ctx=1500, n_audio_layer=1, n_audio_head=2,
                         n_audio_ffn=128, n_text_ctx=64, n_text_layer=2, n_text_head=4, n_text_ffn=128)

@@ -176,3 +176,20 @@ def test_a_drafted_window_is_judged_silent_as_the_main_model_judges_it(shipped):
         assert alone[0].no_speech and math.isfinite(alone[0].avg_logprob)
         assert [(r.tokens, r.no_speech, r.avg_logprob) for r in spec] == [
             (r.tokens, r.no_speech, r.avg_logprob) for r in alone]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_a_prompt_keeps_the_main_models_text_with_the_shipped_assistant(shipped, batch_size):
+    """The defaults (int8 decoders on CPU), a prompt of names and spellings before every window, the
+    language detected: speculative == main-only token for token, and the no-speech rule's reading."""
+    _, pair = shipped
+    clips = [speech(f"fleurs/fleurs-{language}-006.ogg") for language in ("fr", "es", "de", "en")]
+    options = DecodingOptions(speculation="on", prompt="Juan Martín del Potro, en 2007. Luna, Northern Mariana.")
+    for start in range(0, len(clips), batch_size):
+        mel = mel_of(clips[start : start + batch_size])
+        alone, _ = decode_windows(pair, mel, main_alone(options))
+        spec, stats = decode_windows(pair, mel, options)
+        assert [(r.tokens, r.language, r.no_speech_prob) for r in spec] == \
+            [(r.tokens, r.language, r.no_speech_prob) for r in alone]
+        assert stats.accepted > 0

@@ -104,6 +104,16 @@ def test_draft_defaults_are_the_decoding_options_defaults():
         assert (args.draft_tokens, args.draft_confidence) == (DecodingOptions.draft_tokens, DecodingOptions.draft_confidence)
 
 
+def test_initial_prompt_reaches_the_decoding_options_of_both_commands():
+    from whisper_spec.cli.main import _setup
+    from whisper_spec.cli.parser import build_parser
+
+    for command in (["transcribe", "x"], ["batch", "x", "-o", "out"]):
+        args = build_parser().parse_args([*command, "--initial-prompt", " Del Potro, 2007. "])
+        assert _setup(args, ["txt"], load=False)[0].prompt == "Del Potro, 2007."
+        assert _setup(build_parser().parse_args(command), ["txt"], load=False)[0].prompt is None
+
+
 def test_encoder_precision_is_left_to_the_loader_unless_a_flag_says(tmp_path):
     """No flag: load_pair's device default (platform.default_encoder_precision); --encoder-precision: that one."""
     from whisper_spec.cli.main import pair_args

@@ -50,6 +50,28 @@ def test_base_matches_transformers_generate(base_pair, hf_base, timestamps):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("timestamps", [False, True])
+def test_a_prompt_decodes_as_transformers_generate_with_prompt_ids(base_pair, hf_base, timestamps):
+    """DecodingOptions.prompt: <|startofprev|> and the text's tokens (after a space, as openai-whisper
+    encodes it) before SOT; the rows detect their language from SOT alone."""
+    clips = {"fr": "fleurs/fleurs-fr-006.ogg", "en": CLIPS["en"]}
+    mel = mel_of([speech(p) for p in clips.values()])
+    prompt = "Juan Martín del Potro, en 2007. Mr. Quilter's gospel."
+    ours, _ = decode_windows(base_pair, mel, DecodingOptions(timestamps=timestamps, temperature=0.0, speculation="off",
+                                                             prompt=prompt))
+    unprompted, _ = decode_windows(base_pair, mel, DecodingOptions(timestamps=timestamps, temperature=0.0,
+                                                                   speculation="off"))
+    main = base_pair.main
+    prompt_ids = torch.tensor([main.special.previous, *main.tokenizer.encode(" " + prompt)])
+    for row, (language, result) in enumerate(zip(clips, ours)):
+        assert result.language == language
+        expected = reference_tokens(hf_base, mel[row : row + 1], language=language, prompt_ids=prompt_ids,
+                                    return_timestamps=timestamps)
+        assert result.tokens == expected, f"{language}: tokens differ from transformers generate"
+    assert [r.tokens for r in ours] != [r.tokens for r in unprompted]
+
+
+@pytest.mark.slow
 def test_no_speech_probability_and_average_logprob_are_whispers(base_pair, hf_base):
     """The no-speech rule's two inputs, against transformers' logits: P(<|nocaptions|>) after SOT
     alone, and the mean log-probability of the tokens and the end of text (suppressed tokens

@@ -132,6 +132,7 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
     graphs = options.cuda_graphs and pair.platform.cuda_graphs
     caches = BatchCaches(decoders, n_ctx, pair.platform.row_invariant, stable=graphs, rows=rows)
 
+    previous = previous_tokens(main, options.prompt)
     synchronize(device)
     start_time = time.perf_counter()
     after_sot = None
@@ -142,9 +143,9 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
     if not main.special.multilingual:
         languages = ["en"] * batch
     context = _context(pair.platform, main, assistant, options, temperature, seeds, floors, languages, n_ctx,
-                       max_length, device, caches, graphs)
+                       max_length, device, caches, graphs, previous)
     state = initial_state(context, languages)
-    if after_sot is not None and context.judges_silence:
+    if after_sot is not None and context.judges_silence and not previous:  # else read at SOT after the prompt
         read_no_speech(context, state, after_sot)
     (speculative_decode if context.fixed_width is None else fixed_shape_decode)(context, state, stats)
     synchronize(device)
@@ -152,10 +153,29 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
     return _results(state, context, languages, stats)
 
 
+def previous_tokens(model: Whisper, prompt: str | tuple[int, ...] | None) -> tuple[int, ...]:
+    """What every window's decoder prompt holds after <|startofprev|> (DecodingOptions.prompt): the
+    prompt's tokens, the last n_text_ctx // 2 - 1 of them, as openai-whisper keeps them."""
+    if prompt is None:
+        return ()
+    special = model.special
+    if special.previous is None:
+        raise ValueError(f"{model.name}: its vocabulary has no <|startofprev|> token, so it takes no prompt")
+    if isinstance(prompt, str):
+        if model.tokenizer is None:
+            raise ValueError(f"{model.name}: a model without a vocabulary takes a prompt as token ids, not text")
+        prompt = model.tokenizer.encode(" " + prompt)
+    elif not all(0 <= token < special.eot for token in prompt):
+        raise ValueError(f"a prompt's token ids are text tokens, from 0 to {special.eot - 1}")
+    return tuple(prompt[-(model.dims.n_text_ctx // 2 - 1):])
+
+
 def _context(platform, main, assistant, options, temperature, seeds, floors, languages, n_ctx, max_length, device,
-             caches, graphs) -> Context:
+             caches, graphs, previous: tuple[int, ...] = ()) -> Context:
     special = main.special
-    prompt_length = len(special.prompt(languages[0], options.task, options.timestamps))
+    prompt_length = len(special.prompt(languages[0], options.task, options.timestamps, previous))
+    if prompt_length >= max_length:
+        raise ValueError(f"a decoder prompt of {prompt_length} tokens leaves no room under max_length {max_length}")
     rules = LogitRules.kept(special, main.dims.n_vocab, prompt_length, options.timestamps, device)
     # an assistant with a draft vocabulary gets its rules and argmax on those columns only
     draft_vocab = assistant.decoder.draft_vocab if assistant is not None else None
@@ -176,7 +196,8 @@ def _context(platform, main, assistant, options, temperature, seeds, floors, lan
     judges_text = options.logprob_threshold is not None and len(options.temperature) > 1
     return Context(main, assistant, options, rules, draft_rules, temperature, seeds, end_floors, prompt_length, n_ctx,
                     max_length, max_draft, drafts, fixed_width, graphs, step, caches, judges_silence, judges_text,
-                    platform.rounds_per_read, compiles_rounds=options.compile and platform.compiles == "rounds")
+                    platform.rounds_per_read, compiles_rounds=options.compile and platform.compiles == "rounds",
+                    previous=previous)
 
 
 def _results(state: State, context: Context, languages: list[str], stats: DecodingStats) -> list[WindowResult]:

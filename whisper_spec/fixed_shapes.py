@@ -280,7 +280,7 @@ def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[
     window, positions = token_window(tokens, (state.length - 1).clamp(min=0), width)
     taps = head_taps(context, state)
     verify = round_step(context, verify_step)
-    if context.judges_silence and state.no_speech is None:  # a one-token prompt, which no prefill read
+    if context.judges_silence and state.no_speech is None:  # SOT ends the prompt: no prefill read after it
         chosen, logprobs, hidden = verify(decoder, caches, context.rules, context.temperature, window, positions, tokens,
                                           context.seeds, context.end_floors, taps=taps or ())
         read_no_speech(context, state, decoder.logits(decoder.final_hidden(hidden[:, 0])))

@@ -47,6 +47,10 @@ class DecodingOptions:
     # drafting is measured to pay for on the device and decoder precision (platform.AUTO_MAX_DRAFT_FRAMES)
     speculation: str = "auto"
     seed: int = 0  # of sampling; mixed with each window's own (decoding.decode_windows)
+    # text (or token ids) every window's decoder reads as what was said before it: names, spellings and
+    # style to follow (openai-whisper's prompt; its last n_text_ctx // 2 - 1 tokens are kept). Windows
+    # decode in parallel, so no window reads another's text; the same prompt goes before every one
+    prompt: str | tuple[int, ...] | None = None
     # openai-whisper's rules, with its defaults. A window's text fails when it compresses better than
     # compression_ratio_threshold (a loop) or its tokens' average log-probability (end of text
     # included) is below logprob_threshold; it is then decoded at the next temperature, unless the
@@ -81,6 +85,10 @@ class DecodingOptions:
             raise ValueError(f"draft_tokens must be at most {self.max_draft_tokens} with adaptive_draft")
         if self.speculation not in ("on", "off", "auto"):
             raise ValueError(f"speculation must be on, off or auto, not {self.speculation!r}")
+        if isinstance(self.prompt, str):
+            object.__setattr__(self, "prompt", self.prompt.strip() or None)
+        elif self.prompt is not None:
+            object.__setattr__(self, "prompt", tuple(int(t) for t in self.prompt) or None)
         if not 0 <= self.draft_confidence < 1:
             raise ValueError(f"draft_confidence must be in [0, 1), not {self.draft_confidence}")
 

@@ -79,6 +79,12 @@ class Context:
     judges_text: bool  # every row's average log-probability is needed (a later temperature may follow)
     rounds_per_read: int = 1  # fixed shapes: rounds between host reads of "every row done" (Platform)
     compiles_rounds: bool = False  # fixed shapes: a round's steps through torch.compile (fixed_shapes.round_step)
+    previous: tuple[int, ...] = ()  # the prompt's tokens after <|startofprev|> (decoding.previous_tokens)
+
+    @property
+    def sot_position(self) -> int:
+        """Where <|startoftranscript|> is in the prompt: the no-speech probability is read after it."""
+        return len(self.previous) + 1 if self.previous else 0
 
 
 @dataclass
@@ -109,7 +115,7 @@ class State:
 def initial_state(context: Context, languages: list[str]) -> State:
     main, assistant, options = context.main, context.assistant, context.options
     batch, device = len(languages), main.decoder.positional_embedding.device
-    prompts = [main.special.prompt(language, options.task, options.timestamps) for language in languages]
+    prompts = [main.special.prompt(language, options.task, options.timestamps, context.previous) for language in languages]
     tokens = torch.full((batch, context.n_ctx + 1), main.special.eot, dtype=torch.long, device=device)
     tokens[:, : context.prompt_length] = torch.tensor(prompts, device=device)
     length = torch.full((batch,), context.prompt_length, device=device)
@@ -135,14 +141,15 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
     if state.hidden is not None:  # a draft head's first step reads the prompt's hidden states
         prefill(context, state, stats)
     timing = host_timed(stats, state.tokens.device)
+    sot_column = context.sot_position - int(state.main_cached.max())  # in the first round's window, every row's
     while not bool(state.done.all()):
         active = ~state.done
         context.caches.keep(active)
         k = int(state.draft_length[active].max()) if context.drafts else 0
         round_drafts, k = timed_part(timing, "draft", draft, context, state, k, stats)
         logits, scored, features = timed_part(timing, "verify", verify, context, state, k, round_drafts, stats)
-        if context.judges_silence and state.no_speech is None:  # the first round's window starts at SOT
-            read_no_speech(context, state, context.main.decoder.logits(features[:, 0]))
+        if context.judges_silence and state.no_speech is None:
+            read_no_speech(context, state, context.main.decoder.logits(features[:, sot_column]))
         n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored)
         logprobs = token_logprobs(state, k, logits, scored, n_accepted, next_token) if state.sums_logprobs else None
         advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
@@ -162,8 +169,8 @@ def prefill(context: Context, state: State, stats: DecodingStats, features=None)
         if state.hidden is not None:
             state.hidden[:, :n_prefill] = head_input(context, state, hidden)
             hidden = context.main.decoder.final_hidden(hidden)
-        if context.judges_silence and state.no_speech is None:
-            read_no_speech(context, state, context.main.decoder.logits(hidden[:, 0]))
+        if context.judges_silence and state.no_speech is None and context.sot_position < n_prefill:
+            read_no_speech(context, state, context.main.decoder.logits(hidden[:, context.sot_position]))
         state.main_cached[:] = n_prefill
         stats.main_forwards += 1
 

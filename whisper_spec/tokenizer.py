@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ class SpecialTokens:
     begin_suppress: tuple[int, ...]
     max_initial_timestamp_index: int | None = 50
     no_speech: int | None = None  # <|nospeech|> (<|nocaptions|> in older vocabularies): its probability after SOT
+    previous: int | None = None  # <|startofprev|>: text before it, up to SOT, is read as what came before
 
     @property
     def timestamp_begin(self) -> int:
@@ -38,9 +40,9 @@ class SpecialTokens:
     def id_to_lang(self) -> dict[int, str]:
         return {i: lang for lang, i in self.lang_to_id.items()}
 
-    def prompt(self, language: str | None, task: str, timestamps: bool) -> list[int]:
-        """Decoder prompt: <|startoftranscript|> [<|lang|> <|task|>] [<|notimestamps|>]."""
-        tokens = [self.sot]
+    def prompt(self, language: str | None, task: str, timestamps: bool, previous: Sequence[int] = ()) -> list[int]:
+        """Decoder prompt: [<|startofprev|> previous] <|startoftranscript|> [<|lang|> <|task|>] [<|notimestamps|>]."""
+        tokens = [self.previous, *previous, self.sot] if previous else [self.sot]
         if self.multilingual:
             tokens += [self.lang_to_id[language], self.translate if task == "translate" else self.transcribe]
         if not timestamps:
@@ -77,6 +79,7 @@ class SpecialTokens:
         vocabulary = vocabulary or read_vocabulary(path)
         no_speech = next((i for i in map(vocabulary.token_to_id, ("<|nospeech|>", "<|nocaptions|>")) if i is not None),
                          None)
+        previous = vocabulary.token_to_id("<|startofprev|>")
         return cls(
             eot=eot,
             sot=gen["decoder_start_token_id"],
@@ -88,6 +91,7 @@ class SpecialTokens:
             begin_suppress=tuple(gen.get("begin_suppress_tokens") or ()),
             max_initial_timestamp_index=gen.get("max_initial_timestamp_index"),
             no_speech=no_speech,
+            previous=previous,
         )
 
     def fingerprint(self) -> dict:
@@ -115,3 +119,6 @@ class Tokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self._tokenizer.decode([i for i in ids if i < self.special.eot])
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
