@@ -209,12 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
         "batch", help="transcribe a folder, glob or manifest into an output folder (resumable)",
         description="Transcribe many files: each INPUT is a folder (searched recursively), an audio file (so an "
                     "unquoted glob works), a quoted glob pattern, or a JSON-lines manifest with 'path' and optional "
-                    "'language' per line. Outputs are written "
+                    "'language' and 'prompt' per line. Outputs are written "
                     "atomically; a re-run skips files already done; failures go to DIR/failures.jsonl and the "
                     "job goes on; DIR/summary.json has the totals.")
     batch.add_argument("input", metavar="INPUT", nargs="+",
                        help="folders (searched recursively), audio files, quoted glob patterns or JSON-lines "
-                            "manifests ({\"path\": ..., \"language\": ...} a line)")
+                            "manifests ({\"path\": ..., \"language\": ..., \"prompt\": ...} a line)")
     _add_model_options(batch)
     _add_decoding_options(batch)
     _add_output_options(batch, output_dir_required=True)

@@ -2,6 +2,8 @@
 
 import json
 import shutil
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +13,16 @@ from whisper_spec.batch import FAILURES_FILE, SUMMARY_FILE, run_batch
 from whisper_spec.jobs import collect_jobs
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair, decoder_subset
+from whisper_spec.pipeline import transcribe
+
+
+def test_a_manifests_prompt_is_read_and_checked(tmp_path):
+    source = tmp_path / "jobs.jsonl"
+    source.write_text(json.dumps({"path": "a.wav", "prompt": "Del Potro."}) + "\n" + json.dumps({"path": "b.wav"}) + "\n")
+    assert [job.prompt for job in collect_jobs(str(source))] == ["Del Potro.", None]
+    source.write_text(json.dumps({"path": "a.wav", "prompt": ["Del", "Potro"]}) + "\n")
+    with pytest.raises(ValueError, match="jobs.jsonl:1: 'prompt' is a text"):
+        collect_jobs(str(source))
 
 
 def test_inputs_folder_glob_and_manifest():
@@ -130,3 +142,29 @@ def test_batch_takes_several_inputs_as_an_unquoted_glob_hands_them_over(tmp_path
                  "--model", "tiny.en", "--quiet"]) == 0
     assert "3 done" in capsys.readouterr().err
     assert all((out / f"{f.stem}.txt").read_text().strip() for f in files)
+
+
+@pytest.mark.slow
+def test_each_file_reads_its_own_prompt_in_a_mixed_job(pair, tmp_path):
+    """A manifest's prompts (and the job's, for files without one): a batch holds one prompt, so each
+    file's text is the one it gets transcribed alone with its prompt, in both modes."""
+    french = "Juan Martín del Potro, en 2007."
+    files = {"fleurs/fleurs-fr-006.ogg": french, "fleurs/fleurs-es-006.ogg": None,
+             "fleurs/fleurs-en-006.ogg": "Luna, Northern Marianas.", "fleurs/fleurs-fr-005.ogg": french}
+    source = tmp_path / "jobs.jsonl"
+    source.write_text("".join(json.dumps({"path": str(SPEECH / p)} | ({"prompt": q} if q else {})) + "\n"
+                              for p, q in files.items()))
+    job_prompt = "Carlos, Luna."
+    for speculation in ("on", "off"):
+        out = tmp_path / speculation
+        options = DecodingOptions(speculation=speculation, prompt=job_prompt)
+        summary = run_batch(pair, collect_jobs(str(source)), out, ["json"], options, batch_size=4, progress=False)
+        assert summary["done"] == len(files)
+        changed = 0
+        for path, prompt in files.items():
+            text = json.loads((out / f"{Path(path).stem}.json").read_text())["text"]
+            (alone,) = transcribe(pair, [SPEECH / path], replace(options, prompt=prompt or job_prompt), batch_size=1)
+            (unprompted,) = transcribe(pair, [SPEECH / path], replace(options, prompt=None), batch_size=1)
+            assert text == alone.text, path
+            changed += text != unprompted.text
+        assert changed > 0

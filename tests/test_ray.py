@@ -24,11 +24,12 @@ FORMATS = ["txt", "srt", "json"]
 
 @pytest.fixture(scope="module")
 def job_manifest(tmp_path_factory):
-    """Eight shared clips in three languages and a corrupt file among them."""
+    """Eight shared clips in three languages, one with a prompt, and a corrupt file among them."""
     folder = tmp_path_factory.mktemp("job")
     rows = ([r for r in manifest() if r["set"] == "librispeech"][:4] + [r for r in manifest() if r["set"] == "fleurs_de"][:2]
             + [r for r in manifest() if r["set"] == "fleurs_es"][:2])
     lines = [{"path": str(SPEECH / r["path"]), "language": r["language"]} for r in rows]
+    lines[-2]["prompt"] = "Se recomienda enfáticamente a los viajeros."  # fleurs-es-000: its accents change
     corrupt = folder / "broken.flac"
     corrupt.write_bytes(np.random.default_rng(2).bytes(3000))
     lines.insert(3, {"path": str(corrupt)})

@@ -135,9 +135,10 @@ def run_batch(
     log = BatchLog(jobs, output_dir, formats, progress)
     by_path = {str(job.path): job for job in log.todo}
     languages = {str(job.path): job.language for job in log.todo if job.language}
+    prompts = {str(job.path): job.prompt for job in log.todo if job.prompt}
     try:
         results = transcribe(pair, [job.path for job in log.todo], options, batch_size=batch_size, chunking=chunking,
-                             languages=languages, on_window=log.bar.advance)
+                             languages=languages, prompts=prompts, on_window=log.bar.advance)
         for result in results:
             job = by_path[result.path]
             written = write_result(result, log.output_dir, formats, job.name, max_words_per_line)

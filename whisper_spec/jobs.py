@@ -1,5 +1,5 @@
 """What a job is made of: audio files found in a folder, a glob or a manifest, each with the name
-its outputs take and, optionally, its language."""
+its outputs take and, optionally, its language and prompt."""
 
 from __future__ import annotations
 
@@ -24,12 +24,13 @@ class Job:
     path: Path
     name: str  # output path relative to the output directory, without suffix
     language: str | None = None
+    prompt: str | None = None  # what its windows read before them (DecodingOptions.prompt)
 
 
 def collect_jobs(sources: str | list[str]) -> list[Job]:
     """The jobs of one or more sources, each a folder (searched recursively), a glob pattern, an
     audio file, or a JSON-lines manifest with `path` (relative to the manifest) and optional
-    `language` per line; output names made unique."""
+    `language` and `prompt` per line; output names made unique."""
     jobs = []
     for source in [sources] if isinstance(sources, str) else sources:
         found = _find_jobs(source)
@@ -97,9 +98,11 @@ def _find_jobs(source: str) -> list[Job]:
                 audio = Path(row["path"])
             except (json.JSONDecodeError, KeyError, TypeError):
                 raise ValueError(f"{path}:{number}: not a JSON object with a 'path'") from None
+            if not isinstance(row.get("prompt", ""), (str, type(None))):
+                raise ValueError(f"{path}:{number}: 'prompt' is a text")
             full = audio if audio.is_absolute() else path.parent / audio
             name = audio.with_suffix("") if not audio.is_absolute() else Path(audio.stem)
-            jobs.append(Job(full, str(name), row.get("language")))
+            jobs.append(Job(full, str(name), row.get("language"), row.get("prompt")))
         return jobs
     if path.is_file():
         return [Job(path, path.stem)]

@@ -74,6 +74,14 @@ class Failure:
     error: str  # one line naming the file and the problem
 
 
+@dataclass(frozen=True)
+class _Kind:
+    """What the windows of a batch share: the timestamp mode and the prompt (DecodingOptions)."""
+
+    timestamps: bool
+    prompt: str | tuple[int, ...] | None
+
+
 @dataclass(eq=False)  # a window is itself: two can share a start (_skipped)
 class _Window:
     file: int
@@ -111,6 +119,7 @@ def transcribe(
     batch_size: int = BATCH_SIZE,
     chunking: ChunkingOptions = ChunkingOptions(),
     languages: dict[str, str] | None = None,
+    prompts: dict[str, str] | None = None,
     on_window=None,
     load=load_audio,
 ) -> Iterator[Transcript | Failure]:
@@ -118,13 +127,15 @@ def transcribe(
 
     A file that cannot be read yields a Failure and the others go on. languages maps a path to
     its language, overriding options.language; a file longer than one window with no language gets
-    the language detected on its first window. A file longer than one window is always decoded with
+    the language detected on its first window. prompts maps a path to the prompt its windows read,
+    overriding options.prompt (a batch holds windows of one prompt). A file longer than one window is always decoded with
     timestamps: without them Whisper tends to stop early in a long window, and segments need times.
     on_window(seconds) is called as windows finish, with the seconds of the file's audio each one
     adds (a pause counted with the window after it), so they add up to the file's duration.
     load(path): the file's 16 kHz samples, raising AudioError (audio decoded elsewhere, as on Ray).
     """
-    job = _Job(pair, [str(p) for p in paths], options, batch_size, chunking, dict(languages or {}), on_window)
+    job = _Job(pair, [str(p) for p in paths], options, batch_size, chunking, dict(languages or {}), dict(prompts or {}),
+               on_window)
     for index, path in enumerate(job.paths):
         try:
             audio = load(path)
@@ -133,34 +144,33 @@ def transcribe(
             job.done[index] = Failure(path, str(error) if isinstance(error, AudioError) else f"{path}: {error}")
             yield from job.ready()
             continue
-        timestamps = job.add(index, path, audio, language)
+        kind = job.add(index, path, audio, language)
         yield from job.ready()
         # each result is handed on as soon as it is next in order: a later batch's failure loses none
-        while len(job.pending[timestamps]) >= batch_size:
-            job.flush(timestamps)
+        while len(job.pending.get(kind, ())) >= batch_size:
+            job.flush(kind)
             yield from job.ready()
-    for timestamps in (False, True):
-        while job.pending[timestamps]:
-            job.flush(timestamps)
+    while job.pending:
+        job.flush(next(iter(job.pending)))
     yield from job.ready()
 
 
 class _Job:
-    """transcribe's state: windows waiting for a batch (one per timestamp mode), files being decoded,
-    and finished results held until every earlier file's has been yielded."""
+    """transcribe's state: windows waiting for a batch (by kind: a batch has one timestamp mode and
+    one prompt), files being decoded, and finished results held until every earlier file's has been yielded."""
 
     def __init__(self, pair: WhisperPair, paths: list[str], options: DecodingOptions, batch_size: int,
-                 chunking: ChunkingOptions, languages: dict[str, str], on_window):
+                 chunking: ChunkingOptions, languages: dict[str, str], prompts: dict[str, str], on_window):
         self.pair, self.paths, self.options, self.batch_size = pair, paths, options, batch_size
-        self.chunking, self.languages, self.on_window = chunking, languages, on_window
+        self.chunking, self.languages, self.prompts, self.on_window = chunking, languages, prompts, on_window
         self.chunk = int(chunking.chunk_length * SAMPLE_RATE)
-        self.pending: dict[bool, list[_Window]] = {False: [], True: []}  # by timestamp mode: a batch has one
+        self.pending: dict[_Kind, list[_Window]] = {}
         self.files: dict[int, _File] = {}
         self.done: dict[int, Transcript | Failure] = {}
         self.next_to_yield = 0
 
-    def add(self, index: int, path: str, audio: np.ndarray, language: str | None) -> bool:
-        """Plan a readable file's windows and queue them; returns their timestamp mode."""
+    def add(self, index: int, path: str, audio: np.ndarray, language: str | None) -> _Kind:
+        """Plan a readable file's windows and queue them; returns their kind."""
         pair, options = self.pair, self.options
         file = self.files[index] = _plan(index, path, audio, self.chunking)
         sound = [w for w in file.windows if not _silent(w.audio)]
@@ -169,32 +179,34 @@ class _Job:
         elif file.long and pair.main.special.multilingual and sound:
             # one language for the whole file, as Whisper does: windows decoded apart could disagree
             self.languages[path] = detect_languages(pair, pair_features(pair, [sound[0].audio])[0])[0]
-        timestamps = options.timestamps or file.long
+        kind = _Kind(options.timestamps or file.long, self.prompts.get(path, options.prompt))
         if not file.windows:  # no speech at all
             if self.on_window is not None:
                 self.on_window(file.duration)
-            self.done[index] = _assemble(pair, self.files.pop(index), timestamps, options.compression_ratio_threshold,
-                                         options.word_timestamps)
+            self.done[index] = _assemble(pair, self.files.pop(index), kind.timestamps,
+                                         options.compression_ratio_threshold, options.word_timestamps)
         for window in list(file.windows):
-            self.queue(window, timestamps)
-        return timestamps
+            self.queue(window, kind)
+        return kind
 
-    def queue(self, window: _Window, timestamps: bool) -> None:
+    def queue(self, window: _Window, kind: _Kind) -> None:
         """Queue a window for decoding; a silent one is finished at once, with no text."""
         if _silent(window.audio):
-            self.finish(window, WindowResult([], None, False, DecodingStats(windows=1)), timestamps)
+            self.finish(window, WindowResult([], None, False, DecodingStats(windows=1)), kind)
         else:
-            self.pending[timestamps].append(window)
+            self.pending.setdefault(kind, []).append(window)
 
-    def flush(self, timestamps: bool) -> None:
-        """Decode the next batch of windows of this timestamp mode."""
-        pair, options = self.pair, self.options
-        batch = self.pending[timestamps][: self.batch_size]
-        del self.pending[timestamps][: self.batch_size]
+    def flush(self, kind: _Kind) -> None:
+        """Decode the next batch of windows of this kind."""
+        pair, options, timestamps = self.pair, self.options, kind.timestamps
+        batch = self.pending[kind][: self.batch_size]
+        del self.pending[kind][: self.batch_size]
+        if not self.pending[kind]:
+            del self.pending[kind]
         mel, assistant_mel = pair_features(pair, [w.audio for w in batch])
         langs = [self.languages.get(self.paths[w.file], options.language) for w in batch]
         encoded, stats = encode_batch(pair, mel, options, assistant_mel)
-        out, _ = decode_encoded(pair, encoded, replace(options, timestamps=timestamps), languages=langs,
+        out, _ = decode_encoded(pair, encoded, replace(options, timestamps=timestamps, prompt=kind.prompt), languages=langs,
                                 seeds=[zlib.crc32(np.ascontiguousarray(w.audio)) for w in batch], stats=stats,
                                 end_floors=[_end_floor(self.files[w.file], w) for w in batch])
         if options.word_timestamps or (timestamps and any(_sparse(pair, w, r) for w, r in zip(batch, out))):
@@ -203,11 +215,12 @@ class _Job:
             for window, words in zip(batch, timed):
                 window.words = words
         for window, result in zip(batch, out):
-            self.finish(window, result, timestamps)
+            self.finish(window, result, kind)
 
-    def finish(self, window: _Window, result: WindowResult, timestamps: bool) -> None:
+    def finish(self, window: _Window, result: WindowResult, kind: _Kind) -> None:
         """Record a window's result; queue the windows that continue its file, or assemble the file."""
         window.result = result
+        timestamps = kind.timestamps
         file = self.files[window.file]
         skipped = _skipped(self.pair, window, file)
         resume = skipped[0] if skipped else _resume_at(self.pair, window, file) if timestamps else None
@@ -235,7 +248,7 @@ class _Job:
             file.windows[at:at] = following
             self.languages.setdefault(file.path, result.language)  # what follows is in the file's language
             for next_window in following:
-                self.queue(next_window, timestamps)
+                self.queue(next_window, kind)
         elif all(w.result is not None for w in file.windows):
             self.done[window.file] = _assemble(self.pair, self.files.pop(window.file), timestamps,
                                                self.options.compression_ratio_threshold, self.options.word_timestamps)

@@ -64,9 +64,10 @@ class _Transcriber:
             return np.asarray(audio[path], dtype=np.float32)
 
         languages = {p: str(language) for p, language in zip(paths, batch["language"]) if language}
+        prompts = {p: str(prompt) for p, prompt in zip(paths, batch["prompt"]) if prompt}
         rows = {"path": [], "error": [], "duration": [], "language": [], "stats": []}
         for result in transcribe(self.pair, paths, self.options, batch_size=self.batch_size, chunking=self.chunking,
-                                 languages=languages, load=load):
+                                 languages=languages, prompts=prompts, load=load):
             written = write_result(result, self.output_dir, self.formats, names[result.path], self.max_words_per_line)
             failed = isinstance(written, str)
             rows["path"].append(result.path)
@@ -106,7 +107,8 @@ def run_batch_ray(
                          log_to_driver=False)
             ray.data.DataContext.get_current().enable_progress_bars = False
             by_path = {str(job.path): job for job in log.todo}
-            items = [{"path": str(job.path), "name": job.name, "language": job.language or ""} for job in log.todo]
+            items = [{"path": str(job.path), "name": job.name, "language": job.language or "", "prompt": job.prompt or ""}
+                     for job in log.todo]
             gpus = 1 if str(pair_args.get("device", "cpu")).startswith("cuda") else 0
             actor_args = dict(pair_args=pair_args, options=options, chunking=chunking, batch_size=batch_size,
                               output_dir=str(log.output_dir), formats=formats, max_words_per_line=max_words_per_line,
