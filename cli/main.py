@@ -302,7 +302,7 @@ def cmd_bench(args) -> int:
     _, int8_dtype, with_int8 = _pick_device(args.device, args.dtype, args.int8)
     options = _options(BenchOptions, batch_sizes=batch_sizes, int8=with_int8, peers=peers, repeats=args.repeats,
                            draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence,
-                           speculation=args.speculation, task=args.task, cuda_graphs=args.cuda_graphs,
+                           speculation=args.speculation, task=args.task, prompt=args.initial_prompt, cuda_graphs=args.cuda_graphs,
                            compile=args.compile)
     sets = args.sets.split(",") if args.sets else None
     utterances = load_utterances(args.source, config=args.config, split=args.split, sets=sets, limit=args.limit,

@@ -340,6 +340,8 @@ def _add_bench_parser(sub) -> None:
     runs.add_argument("--peers", default=",".join(BenchOptions.peers),
                       help="comma-separated peers to run where installed, or none (default: %(default)s)")
     runs.add_argument("--task", choices=("transcribe", "translate"), default=DecodingOptions.task)
+    runs.add_argument("--initial-prompt", metavar="TEXT", default=None,
+                      help="text before every utterance, ours and the peers' (transcribe's --initial-prompt)")
     bench.add_argument("--output-dir", "-o", type=Path, default=Path("bench-results"),
                        help="where the report and plots go (default: %(default)s)")
     bench.add_argument("--quiet", "-q", action="store_true")

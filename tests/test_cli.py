@@ -27,12 +27,16 @@ def test_bad_files_fail_alone_and_good_ones_finish(capsys, tmp_path):
     corrupt = tmp_path / "corrupt.flac"
     corrupt.write_bytes(np.random.default_rng(0).bytes(5000))
     missing = tmp_path / "missing.wav"
-    code, out, err = run(capsys, missing, empty, QUILTER, corrupt, "--model", "tiny.en", "--output-dir", tmp_path / "out")
+    folder = tmp_path / "recordings"
+    folder.mkdir()
+    code, out, err = run(capsys, missing, empty, QUILTER, corrupt, folder, "--model", "tiny.en", "--output-dir",
+                         tmp_path / "out")
     assert code == 1
     lines = err.strip().splitlines()
     assert f"{missing}: no such file" in lines[0]
     assert f"{empty}: empty file" in lines[1]
     assert str(corrupt) in lines[2] and "cannot decode audio" in lines[2]
+    assert f"{folder}: is a folder, not an audio file (whisper-spec batch transcribes folders)" in lines[3]
     assert "Quilter" in (tmp_path / "out" / f"{QUILTER.stem}.txt").read_text()
 
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import RANDOM_SPECIAL, main_alone, perturbed_decoder, random_model
+from conftest import RANDOM_SPECIAL, main_alone, perturbed_decoder, random_head, random_model
 from test_fixed_shapes import fixed_shapes
 
 from whisper_spec.decoding import decode_windows, previous_tokens
@@ -28,15 +28,17 @@ OPTIONS = {
 }
 
 
-def random_pair(special=RANDOM_SPECIAL) -> WhisperPair:
+def random_pair(special=RANDOM_SPECIAL, head: bool = False) -> WhisperPair:
+    """A random main model and a drafter for it: a perturbed copy of its decoder, or a draft head."""
     main = replace(random_model(0, eot_bias=0.25), special=special)
-    return WhisperPair(main, replace(perturbed_decoder(main, 0.1, seed=1), special=special), CPU, torch.float32)
+    drafter = random_head(main, 1, noise=0.1) if head else perturbed_decoder(main, 0.1, seed=1)
+    return WhisperPair(main, drafter, CPU, torch.float32)
 
 
 @pytest.mark.parametrize("name", list(OPTIONS))
-@pytest.mark.parametrize("batch", [1, 2, 4])
-def test_a_prompt_leaves_both_modes_one_text_in_both_rounds(name, batch):
-    options, pair = OPTIONS[name], random_pair()
+@pytest.mark.parametrize("batch, drafter", [(1, "decoder"), (2, "decoder"), (4, "decoder"), (1, "head"), (4, "head")])
+def test_a_prompt_leaves_both_modes_one_text_in_both_rounds(name, batch, drafter):
+    options, pair = OPTIONS[name], random_pair(head=drafter == "head")
     torch.manual_seed(batch)
     mel = torch.randn(batch, 80, 3000)
     seeds = list(range(batch))

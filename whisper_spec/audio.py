@@ -41,7 +41,7 @@ def load_audio(path: str | Path) -> np.ndarray:
     if not path.exists():
         raise AudioError(f"{path}: no such file")
     if path.is_dir():
-        raise AudioError(f"{path}: is a directory, not an audio file")
+        raise AudioError(f"{path}: is a folder, not an audio file (whisper-spec batch transcribes folders)")
     if path.stat().st_size == 0:
         raise AudioError(f"{path}: empty file")
     try:

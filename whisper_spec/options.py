@@ -180,6 +180,7 @@ class BenchOptions:
     draft_confidence: float = DecodingOptions.draft_confidence
     speculation: str = DecodingOptions.speculation  # of the speculative configurations
     task: str = "transcribe"
+    prompt: str | None = None  # before every utterance (DecodingOptions.prompt), ours and the peers' alike
     cuda_graphs: bool = DecodingOptions.cuda_graphs
     compile: bool = False  # also time compiled configurations (DecodingOptions.compile)
 

@@ -128,8 +128,8 @@ def transcribe(
     A file that cannot be read yields a Failure and the others go on. languages maps a path to
     its language, overriding options.language; a file longer than one window with no language gets
     the language detected on its first window. prompts maps a path to the prompt its windows read,
-    overriding options.prompt (a batch holds windows of one prompt). A file longer than one window is always decoded with
-    timestamps: without them Whisper tends to stop early in a long window, and segments need times.
+    overriding options.prompt. A file longer than one window is always decoded with timestamps:
+    without them Whisper tends to stop early in a long window, and segments need times.
     on_window(seconds) is called as windows finish, with the seconds of the file's audio each one
     adds (a pause counted with the window after it), so they add up to the file's duration.
     load(path): the file's 16 kHz samples, raising AudioError (audio decoded elsewhere, as on Ray).

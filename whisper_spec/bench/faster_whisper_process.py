@@ -21,15 +21,15 @@ _GREEDY = dict(beam_size=1, temperature=0.0)  # faster-whisper's settings for gr
 
 
 def _clips(models: dict, groups: list[list[tuple[np.ndarray, float, str]]], batch_size: int, int8: bool,
-           task: str) -> tuple[list[list[int]], list[str]]:
+           task: str, prompt: str | None = None) -> tuple[list[list[int]], list[str]]:
     """Tokens and texts of clips given in groups of up to batch_size (audio, seconds, language): a group
     of one, or of mixed languages, through `transcribe` clip by clip; else the batched pipeline,
     given the group end to end as clips (`clip_timestamps`), so it decodes them together, one 30 s
-    window each, as ours does."""
+    window each, as ours does. prompt: its initial_prompt, before every clip."""
     from faster_whisper import BatchedInferencePipeline
 
     model = models[int8]
-    settings = dict(task=task, without_timestamps=True, vad_filter=False, **_GREEDY)
+    settings = dict(task=task, without_timestamps=True, vad_filter=False, initial_prompt=prompt, **_GREEDY)
     tokens, texts = [], []
     for group in groups:
         if len(group) == 1 or len({language for _, _, language in group}) > 1:

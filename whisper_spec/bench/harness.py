@@ -61,7 +61,7 @@ def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, op
     decoding = DecodingOptions(task=options.task, temperature=0.0, draft_tokens=options.draft_tokens,
                                draft_confidence=options.draft_confidence,
                                speculation=options.speculation if config.speculative else "off",
-                               cuda_graphs=options.cuda_graphs, compile=config.compiled)
+                               cuda_graphs=options.cuda_graphs, compile=config.compiled, prompt=options.prompt)
     tokens, texts, stats, per_utterance = [], [], DecodingStats(), []
     for rows in batches(len(utterances), config.batch_size):
         batch = [utterances[i] for i in rows]
@@ -145,7 +145,7 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
             return _run_ours(int8_pair if config.int8 else pair, subset, config, options)
         tokens, texts = peers[config.engine].run(subset, config.batch_size, speculative=config.speculative,
                                                  int8=config.int8, task=options.task,
-                                                 languages=[languages[i] for i in rows])
+                                                 languages=[languages[i] for i in rows], prompt=options.prompt)
         return tokens, texts, None, []
 
     blocks = batches(len(utterances), math.lcm(*(c.batch_size for c in configs)))

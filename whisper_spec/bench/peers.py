@@ -58,10 +58,11 @@ class TransformersPeer:
 
     @torch.inference_mode()
     def run(self, utterances: list[Utterance], batch_size: int, *, speculative: bool, int8: bool, task: str,
-            languages: list[str]):
+            languages: list[str], prompt: str | None = None):
         """Tokens and texts of the utterances (int8: not offered by this peer)."""
         tokens, texts = [], []
         special = self.pair.main.special
+        prompt_ids = [special.previous, *self.pair.main.tokenizer.encode(" " + prompt.strip())] if prompt else []
         for rows in batches(len(utterances), batch_size):
             mel = pair_features(self.pair, [utterances[i].audio for i in rows])[0].to(self.pair.dtype)
             kwargs = {}
@@ -72,8 +73,10 @@ class TransformersPeer:
                 kwargs = {"language": batch_languages[0] if same else batch_languages, "task": task}
             if speculative:
                 kwargs["assistant_model"] = self.assistant
+            if prompt_ids:
+                kwargs["prompt_ids"] = torch.tensor(prompt_ids, device=self.pair.device)
             # as many tokens as our loop allows (448 with the prompt); transformers may otherwise stop at 20
-            kwargs["max_new_tokens"] = self.pair.main.dims.n_text_ctx - len(special.prompt("en", task, False))
+            kwargs["max_new_tokens"] = self.pair.main.dims.n_text_ctx - len(prompt_ids) - len(special.prompt("en", task, False))
             with _quiet_transformers():
                 out = self.model.generate(input_features=mel, **kwargs)
             for row in out.tolist():
@@ -124,11 +127,11 @@ class FasterWhisperPeer:
         return self._reply()
 
     def run(self, utterances: list[Utterance], batch_size: int, *, speculative: bool, int8: bool, task: str,
-            languages: list[str]):
+            languages: list[str], prompt: str | None = None):
         """Tokens and texts of the utterances (speculative: not offered by this peer)."""
         groups = [[(utterances[i].audio, utterances[i].seconds, languages[i]) for i in rows]
                   for rows in batches(len(utterances), batch_size)]
-        return self._request("clips", groups=groups, batch_size=batch_size, int8=int8, task=task)
+        return self._request("clips", groups=groups, batch_size=batch_size, int8=int8, task=task, prompt=prompt)
 
     def transcribe_long(self, audio: np.ndarray, batch_size: int, *, int8: bool, language: str) -> str:
         """A long recording's text as faster-whisper writes it (faster_whisper_process._long)."""
