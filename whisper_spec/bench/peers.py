@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..decoding import previous_tokens
 from ..encoding import pair_features
 from ..load import load_pair
 from ..pair import WhisperPair
@@ -62,7 +63,7 @@ class TransformersPeer:
         """Tokens and texts of the utterances (int8: not offered by this peer)."""
         tokens, texts = [], []
         special = self.pair.main.special
-        prompt_ids = [special.previous, *self.pair.main.tokenizer.encode(" " + prompt.strip())] if prompt else []
+        prompt_ids = [special.previous, *previous_tokens(self.pair.main, prompt.strip())] if prompt else []
         for rows in batches(len(utterances), batch_size):
             mel = pair_features(self.pair, [utterances[i].audio for i in rows])[0].to(self.pair.dtype)
             kwargs = {}
