@@ -106,6 +106,22 @@ def test_drafts_fall_back_to_eager_where_compilation_fails(shipped, monkeypatch)
 
 
 @pytest.mark.slow
+def test_shipped_assistant_drafts_only_for_transcription_and_is_exact_translating(shipped):
+    """Distilled on transcripts, it stays out of translation (its drafts would be rejected nearly
+    always); made to draft there anyway, the output is still the main model's."""
+    _, pair = shipped
+    assert pair.assistant.draft_tasks == ("transcribe",)
+    mel = mel_of(OTHERS[2:])
+    drafting_everywhere = replace(pair, assistant=replace(pair.assistant, draft_tasks=None))
+    options = DecodingOptions(speculation="on", task="translate", language="de")
+    alone, _ = decode_windows(pair, mel, main_alone(options))
+    for candidate in (pair, drafting_everywhere):
+        spec, stats = decode_windows(candidate, mel, options)
+        assert [r.tokens for r in spec] == [r.tokens for r in alone]
+        assert (stats.drafted > 0) == (candidate is drafting_everywhere)
+
+
+@pytest.mark.slow
 def test_shipped_assistant_drafts_only_for_its_languages_and_is_exact_in_all(shipped):
     _, pair = shipped
     assert pair.assistant.draft_languages == TRAINED

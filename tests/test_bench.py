@@ -108,6 +108,19 @@ def test_report_has_every_documented_field_and_passes_the_check(pair, utterances
 
 
 @pytest.mark.slow
+def test_translation_is_scored_on_english_speech_and_timed_without_an_assistant_that_cannot_draft_it(pair, utterances):
+    """The shipped assistant drafts for transcription only: translating, the bench says so instead
+    of timing a 'speculative' run that is main-only; a German reference is no translation's reference."""
+    report = run_bench(pair, utterances, BenchOptions(batch_sizes=(1,), repeats=1, peers=(), task="translate"),
+                       progress=False)
+    assert [c["name"] for c in report["configs"]] == ["main b1"]
+    assert "drafts for transcribe only" in report["left_out"]["speculative"]
+    by_language = report["configs"][0]["by_language"]
+    assert by_language["de"]["wer"] is None and by_language["en"]["wer"] < 0.2
+    assert report["configs"][0]["wer"] == by_language["en"]["wer"]
+
+
+@pytest.mark.slow
 def test_exactness_check_fails_when_an_output_is_altered(pair, utterances, monkeypatch):
     run_ours = harness._run_ours
 

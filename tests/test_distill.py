@@ -286,8 +286,8 @@ def test_a_multilingual_assistant_reports_each_language_and_drafts_only_for_them
     assert set(summary["held_out_draft_vocab_coverage_by_language"]) == {"de", "en"}
     assert {"held_out_acceptance_de", "held_out_acceptance_en"} <= set(summary["log"][-1])
     config = json.loads((tmp_path / "a" / "assistant.json").read_text())
-    assert config["draft_languages"] == ["de", "en"]
+    assert config["draft_languages"] == ["de", "en"] and config["draft_tasks"] == ["transcribe"]
     card = (tmp_path / "a" / "README.md").read_text()
-    assert "| de |" in card and "acceptance de" in card
+    assert "| de |" in card and "acceptance de" in card and "Drafts for the transcribe task" in card
     assistant = load_distilled(tmp_path / "a", random_main.main, torch.float32, "cpu")
-    assert assistant.draft_languages == ("de", "en")
+    assert assistant.draft_languages == ("de", "en") and assistant.draft_tasks == ("transcribe",)

@@ -216,6 +216,25 @@ def test_auto_speculation_drafts_for_batches_within_the_measured_frames(monkeypa
     assert decoding.auto_drafts(pair.platform, cross, 4) and not decoding.auto_drafts(pair.platform, cross, 7)
 
 
+def test_an_assistant_stays_out_of_a_task_it_was_not_trained_for():
+    """draft_tasks (a distilled assistant's card): for another task the main model decodes alone, the
+    assistant neither encoded nor run, whatever speculation asks; for its own task it drafts."""
+    main = random_model(0, eot_bias=0.25)
+    assistant = replace(perturbed_decoder(main, 0.05, seed=1), draft_tasks=("transcribe",))
+    pair = WhisperPair(main, assistant, torch.device("cpu"), torch.float32)
+    torch.manual_seed(3)
+    mel = torch.randn(2, 80, 3000)
+    for task in ("transcribe", "translate"):
+        options = DecodingOptions(speculation="on", language="de", task=task, draft_confidence=0)
+        alone, _ = decode_windows(pair, mel, main_alone(options))
+        for speculation in ("on", "auto"):
+            results, stats = decode_windows(pair, mel, replace(options, speculation=speculation))
+            assert [r.tokens for r in results] == [r.tokens for r in alone]
+            assert (stats.drafted > 0) == (stats.assistant_forwards > 0) == (task == "transcribe")
+        encoded, _ = encode_batch(pair, mel, options)
+        assert (encoded.assistant is not None) == (task == "transcribe")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("options", [
     DecodingOptions(speculation="on", draft_tokens=4),

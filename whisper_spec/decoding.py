@@ -113,8 +113,10 @@ def decode_encoded(
 
 
 def _assistant(pair: WhisperPair, options: DecodingOptions) -> Whisper | None:
-    """The assistant that takes part in decoding: none where speculation is off."""
-    return None if options.speculation == "off" else pair.assistant
+    """The assistant that takes part in decoding: none where speculation is off, or for a task it
+    was not trained to draft for (Whisper.draft_tasks)."""
+    assistant = pair.assistant
+    return None if options.speculation == "off" or assistant is None or not assistant.drafts_for(options.task) else assistant
 
 
 def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, temperature: float,

@@ -37,12 +37,18 @@ class Whisper:
     # as an assistant: the languages it drafts for (a distilled one: those it was trained on;
     # other rows are decoded by the main model alone); None: every language
     draft_languages: tuple[str, ...] | None = None
+    # as an assistant: the tasks it drafts for (a distilled one: DISTILLED_TASKS); None: every task
+    draft_tasks: tuple[str, ...] | None = None
     # as an assistant: cross-attend only to the encoder frames up to the end of the audio plus
     # this many, skipping the padding (half or more of a short clip's window); None: all frames
     audio_frame_margin: int | None = None
     # (layer, head) of the decoder's cross-attention heads that follow the audio in time: word timing
     # reads them (published by OpenAI per model, in generation_config.json); empty: not known
     alignment_heads: tuple[tuple[int, int], ...] = ()
+
+    def drafts_for(self, task: str) -> bool:
+        """As an assistant: whether it takes part in decoding this task at all."""
+        return self.draft_tasks is None or task in self.draft_tasks
 
     @property
     def is_draft_head(self) -> bool:
@@ -53,6 +59,10 @@ class Whisper:
 # Encoder frames (1 s) a distilled assistant attends past the end of the audio: its acceptance is the
 # same as with every frame; full models drafting attend to every frame (decisions, "Assistant frame margin")
 DISTILLED_FRAME_MARGIN = 50
+
+# The tasks whisper-spec distill labels windows with: drafts for another task are rejected nearly
+# always, so the assistant stays out of it (decisions, "Assistants draft for the task they learned")
+DISTILLED_TASKS = ("transcribe",)
 
 
 @dataclass

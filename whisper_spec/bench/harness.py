@@ -79,6 +79,7 @@ def plan_configs(pair: WhisperPair, options: BenchOptions, peers: dict) -> list[
     configs = []
     # compiled rounds compile the main model's verification too, so compiled main-only is their baseline
     main_compiled = options.compile and pair.platform.compiles == "rounds"
+    drafts = pair.assistant is not None and pair.assistant.drafts_for(options.task)
     for b in options.batch_sizes:
         for int8 in (False, True) if options.int8 else (False,):
             precision = " int8" if int8 else ""
@@ -86,7 +87,7 @@ def plan_configs(pair: WhisperPair, options: BenchOptions, peers: dict) -> list[
             if main_compiled:
                 configs.append(Config(f"main compiled{precision} b{b}", "whisper-spec", b, int8=int8, compiled=True,
                                       main_compiled=True))
-            if pair.assistant is not None:
+            if drafts:
                 configs.append(Config(f"speculative{precision} b{b}", "whisper-spec", b, speculative=True, int8=int8))
                 if options.compile:
                     configs.append(Config(f"speculative compiled{precision} b{b}", "whisper-spec", b, speculative=True,
@@ -117,6 +118,10 @@ def run_bench(pair: WhisperPair, utterances: list[Utterance], options: BenchOpti
         raise ValueError("int8 configurations need int8_pair")
     with tempfile.TemporaryDirectory() as workdir:
         peers, left_out = load_peers(pair, model, options.peers, Path(workdir), note)
+        if pair.assistant is not None and not pair.assistant.drafts_for(options.task):
+            left_out["speculative"] = (f"the assistant drafts for {' and '.join(pair.assistant.draft_tasks)} only: "
+                                       f"--task {options.task} decodes with the main model alone")
+            note(f"speculative is left out: {left_out['speculative']}")
         try:
             runs, configs, languages = _run_configs(pair, int8_pair, utterances, options, peers, left_out, note,
                                                     progress)

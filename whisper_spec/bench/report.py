@@ -17,7 +17,9 @@ REPORT_VERSION = 1
 
 
 def build_report(pair, utterances, configs, runs, options, model, data, languages) -> dict:
-    references = [u.text for u in utterances]
+    # a reference is what was said: for translation only English speech has the text to score against
+    references = [u.text if options.task == "transcribe" or language == "en" else None
+                  for u, language in zip(utterances, languages)]
     # once per run: a speculative configuration's per-language speedups read its main-only run's
     by_language = {config.name: _by_language(runs[config.name], references, languages) for config in configs}
     results = []

@@ -21,7 +21,7 @@ from ..encoding import Encoded
 from ..jobs import Job, audio_seconds
 from ..model import CrossStates, DecoderCaches
 from ..options import LONG_RECORDING_SECONDS, DecodingOptions
-from ..pair import Whisper, WhisperPair
+from ..pair import DISTILLED_TASKS, Whisper, WhisperPair
 from ..sources import cache_dir
 
 CACHE_VERSION = 1  # of the window files' contents
@@ -188,6 +188,7 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
                 windows.append((file, recording, audio[offset : offset + N_SAMPLES]))
     (cache / "windows").mkdir(exist_ok=True)
 
+    (task,) = DISTILLED_TASKS
     for first in tqdm(range(0, len(windows), batch_size), desc="teacher labels", unit="batch"):
         batch = windows[first : first + batch_size]
         mel = batch_features([w[2] for w in batch], main.dims.n_mels, main_pair.device)
@@ -197,10 +198,10 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
             states = main.encoder(mel)
             encoded = Encoded(main.decoder.cross_states(states))
         for timestamps in (False, True):
-            options = DecodingOptions(timestamps=timestamps, temperature=0.0, speculation="off")  # the greedy texts assistants draft
+            options = DecodingOptions(task=task, timestamps=timestamps, temperature=0.0, speculation="off")  # the greedy texts assistants draft
             results, _ = decode_encoded(main_pair, encoded, options, languages=languages)
             languages = [r.language for r in results]
-            prompts = [main.special.prompt(r.language, "transcribe", timestamps) for r in results]
+            prompts = [main.special.prompt(r.language, task, timestamps) for r in results]
             sequences = [p + r.tokens + [main.special.eot] for p, r in zip(prompts, results)]
             starts = [len(p) - 1 for p in prompts]
             for row, (ids, values) in enumerate(_teacher_top_k(main, encoded.main, sequences, starts, top_k)):

@@ -11,7 +11,16 @@ import torch
 from ..checkpoint import save_safetensors
 from ..model import Decoder, DraftHead
 from ..options import LONG_RECORDING_SECONDS
-from ..pair import ASSISTANT_CONFIG, ASSISTANT_FORMAT, HEAD_KIND, SHARED_WITH_MAIN, Whisper, own_state, share_main_modules
+from ..pair import (
+    ASSISTANT_CONFIG,
+    ASSISTANT_FORMAT,
+    DISTILLED_TASKS,
+    HEAD_KIND,
+    SHARED_WITH_MAIN,
+    Whisper,
+    own_state,
+    share_main_modules,
+)
 from .data import Example
 
 
@@ -172,6 +181,8 @@ with it is the main model's own, token for token.
 - Drafts for rows in {', '.join(config.get('draft_languages') or ['every language'])} (the languages it was trained
   and measured on; the main model's language detection decides a row's); other rows are decoded by
   the main model alone.
+- Drafts for the {' and '.join(config.get('draft_tasks') or DISTILLED_TASKS)} task (its training labels'); for another the main model
+  decodes alone.
 - Stored: its own layers, positional embedding and final layer norm{" and its fusion layers" if is_head else ""}, float16.
 
 ## Recipe

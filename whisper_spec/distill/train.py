@@ -20,7 +20,7 @@ from ..jobs import collect_jobs
 from ..load import load_distilled
 from ..model import Decoder, DecoderCaches, DraftHead
 from ..options import DistillOptions
-from ..pair import Whisper, WhisperPair, own_state
+from ..pair import DISTILLED_TASKS, Whisper, WhisperPair, own_state
 from ..speculative import hidden_before
 from .data import Example, default_cache, is_long, load_cache, plan_recordings, prepare_teacher_cache
 from .student import build_student, choose_draft_vocab, save_assistant, spread_layers
@@ -239,7 +239,8 @@ def distill(
         "torch": torch.__version__,
         "machine": f"{platform.machine()} ({os.cpu_count()} cores, {main_pair.device}), {torch.get_num_threads()} threads",
     }
-    save_assistant(student, main, output, {"draft_languages": draft_languages, "training": summary})
+    save_assistant(student, main, output, {"draft_languages": draft_languages, "draft_tasks": list(DISTILLED_TASKS),
+                                           "training": summary})
     (output / "checkpoint.pt").unlink(missing_ok=True)
     return summary
 
