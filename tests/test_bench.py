@@ -115,6 +115,7 @@ def test_translation_is_scored_on_english_speech_and_timed_without_an_assistant_
                        progress=False)
     assert [c["name"] for c in report["configs"]] == ["main b1"]
     assert "drafts for transcribe only" in report["left_out"]["speculative"]
+    assert "check: nothing to check" in markdown_table(report)
     by_language = report["configs"][0]["by_language"]
     assert by_language["de"]["wer"] is None and by_language["en"]["wer"] < 0.2
     assert report["configs"][0]["wer"] == by_language["en"]["wer"]
