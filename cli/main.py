@@ -93,10 +93,10 @@ def load_from_args(args, note):
 
 
 def _formats(args) -> list[str]:
-    from whisper_spec.writers import FORMATS
+    from whisper_spec.options import OUTPUT_FORMATS
 
     formats = args.format or ["txt"]
-    return list(FORMATS) if "all" in formats else list(dict.fromkeys(formats))
+    return list(OUTPUT_FORMATS) if "all" in formats else list(dict.fromkeys(formats))
 
 
 def _temperatures(args) -> tuple[float, ...]:
@@ -107,29 +107,36 @@ def _temperatures(args) -> tuple[float, ...]:
 
 
 def _setup(args, formats: list[str], load: bool = True):
-    """Decoding and chunking options, checked, then the model pair (None unless load) and a note printer."""
-    timestamps = args.timestamps if args.timestamps is not None else any(f in ("srt", "vtt") for f in formats)
+    """Decoding, chunking and subtitle options, checked, then the model pair (None unless load) and a
+    note printer."""
+    from whisper_spec.options import SubtitleOptions
+    from whisper_spec.writers import SUBTITLES
+
+    timestamps = args.timestamps if args.timestamps is not None else any(f in SUBTITLES for f in formats)
     note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
+    layout = _options(SubtitleOptions, max_words_per_line=args.max_words_per_line, max_line_width=args.max_line_width,
+                      max_line_count=args.max_line_count)
     options = _options(
         DecodingOptions, task=args.task, language=args.language, temperature=_temperatures(args), timestamps=timestamps,
         draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, adaptive_draft=args.adaptive_draft,
         speculation=args.speculation, seed=args.seed, prompt=args.initial_prompt, cuda_graphs=args.cuda_graphs,
-        compile=args.compile, word_timestamps=args.word_timestamps or args.max_words_per_line is not None,
+        compile=args.compile, word_timestamps=args.word_timestamps or layout.splits_segments,
         no_speech_threshold=args.no_speech_threshold, logprob_threshold=args.logprob_threshold,
         compression_ratio_threshold=args.compression_ratio_threshold,
     )
     vad = VadOptions(threshold=args.vad_threshold, min_silence=args.vad_min_silence, speech_pad=args.vad_speech_pad,
                      min_speech=args.vad_min_speech)  # its errors already name the --vad-* settings
     chunking = _options(ChunkingOptions, chunk_length=args.chunk_length, vad=args.vad, vad_options=vad)
-    if args.max_words_per_line is not None and not {"srt", "vtt"} & set(formats):
-        note(f"--max-words-per-line shapes srt and vtt cues; the {', '.join(formats)} output has none")
+    shaping = [f"--{name.replace('_', '-')}" for name, value in vars(layout).items() if value is not None]
+    if shaping and not set(SUBTITLES) & set(formats):
+        note(f"{', '.join(shaping)} shape{'s' * (len(shaping) == 1)} srt and vtt cues; the {', '.join(formats)} output has none")
     pair = load_from_args(args, note) if load else None
     try:
         special = pair.main.special if pair is not None else _special_tokens(args.model)
         options = replace(options, language=special.language_code(args.language))
     except ValueError as error:
         raise ValueError(f"--language: {error}") from None
-    return options, chunking, pair, note
+    return options, chunking, layout, pair, note
 
 
 def _special_tokens(model: str):
@@ -149,7 +156,7 @@ def cmd_transcribe(args) -> int:
     if args.output_dir is not None:
         check_output_dir(args.output_dir)
     jobs = jobs_of_files(args.files)
-    options, chunking, pair, note = _setup(args, formats)
+    options, chunking, layout, pair, note = _setup(args, formats)
     failures = 0
     progress = AudioProgress([job.path for job in jobs], enabled=not args.quiet, prog=PROG)
     names = {str(job.path): job.name for job in jobs}
@@ -167,7 +174,7 @@ def cmd_transcribe(args) -> int:
             if args.output_dir is not None:
                 try:
                     for path in write_outputs(result, args.output_dir, formats, name=names[result.path],
-                                              max_words_per_line=args.max_words_per_line):
+                                              layout=layout):
                         if not args.quiet:
                             progress.write(f"{PROG}: wrote {path}")
                 except OSError as error:
@@ -175,7 +182,7 @@ def cmd_transcribe(args) -> int:
                     progress.write(f"{PROG}: error: {result.path}: cannot write its output ({error})")
                 continue
             for fmt in formats:
-                text = render(result, fmt, args.max_words_per_line)
+                text = render(result, fmt, layout)
                 if several and fmt == "txt" and len(formats) == 1:
                     text = f"{result.path}: {text}"
                 elif several:  # which file and format each block is, as head(1) marks files
@@ -207,7 +214,7 @@ def cmd_batch(args) -> int:
 
         if importlib.util.find_spec("ray") is None:
             raise ValueError("--ray: Ray is not installed (the [ray] extra: pip install -e '.[ray]')")
-    options, chunking, pair, note = _setup(args, formats, load=args.ray is None)
+    options, chunking, layout, pair, note = _setup(args, formats, load=args.ray is None)
     try:
         if args.ray is not None:
             from whisper_spec.options import RayOptions
@@ -217,10 +224,10 @@ def cmd_batch(args) -> int:
                                    actors=args.ray_actors, threads=args.ray_threads)
             summary = run_batch_ray(pair_args(args), jobs, args.output_dir, formats, options, ray_options=ray_options,
                                     batch_size=args.batch_size, chunking=chunking, progress=not args.quiet,
-                                    max_words_per_line=args.max_words_per_line)
+                                    layout=layout)
         else:
             summary = run_batch(pair, jobs, args.output_dir, formats, options, batch_size=args.batch_size,
-                                chunking=chunking, progress=not args.quiet, max_words_per_line=args.max_words_per_line)
+                                chunking=chunking, progress=not args.quiet, layout=layout)
     except KeyboardInterrupt:
         try:
             done = json.loads((args.output_dir / SUMMARY_FILE).read_text())["done"]

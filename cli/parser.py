@@ -13,6 +13,7 @@ from whisper_spec.options import (
     DTYPES,
     ENCODER_PRECISIONS,
     LONG_RECORDING_SECONDS,
+    OUTPUT_FORMATS,
     TEMPERATURE_INCREMENT,
     BenchOptions,
     ChunkingOptions,
@@ -173,7 +174,7 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_output_options(parser: argparse.ArgumentParser, output_dir_required: bool) -> None:
     out = parser.add_argument_group("output")
-    out.add_argument("--format", "-f", action="append", choices=("txt", "json", "srt", "vtt", "all"),
+    out.add_argument("--format", "-f", action="append", choices=(*OUTPUT_FORMATS, "all"),
                      help="output format, repeatable (default: txt)")
     if output_dir_required:
         out.add_argument("--output-dir", "-o", type=Path, required=True, help="where outputs go: DIR/<name>.<format>")
@@ -181,7 +182,13 @@ def _add_output_options(parser: argparse.ArgumentParser, output_dir_required: bo
         out.add_argument("--output-dir", "-o", type=Path, default=None,
                          help="write DIR/<name>.<format> per file instead of printing")
     out.add_argument("--max-words-per-line", type=positive_int, default=None, metavar="N",
-                     help="srt and vtt cues of at most N words, timed by their words (implies --word-timestamps)")
+                     help="srt and vtt lines of at most N words, a cue a line unless --max-line-count says otherwise "
+                          "(implies --word-timestamps)")
+    out.add_argument("--max-line-width", type=positive_int, default=None, metavar="CHARS",
+                     help="srt and vtt lines of at most CHARS characters (42 is the usual subtitle width)")
+    out.add_argument("--max-line-count", type=positive_int, default=None, metavar="N",
+                     help="srt and vtt cues of at most N lines, timed by their words (implies --word-timestamps; "
+                          "default: a segment's lines in one cue)")
     out.add_argument("--quiet", "-q", action="store_true", help="no progress bar or notes")
 
 

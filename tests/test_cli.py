@@ -73,9 +73,10 @@ def test_incompatible_assistant_is_a_clear_error(capsys):
 
 
 @pytest.mark.slow
-def test_json_srt_vtt_outputs(capsys, tmp_path):
+def test_json_srt_vtt_tsv_outputs(capsys, tmp_path):
     code, out, err = run(capsys, QUILTER, "--model", "base", "--assistant", "base", "--language", "en",
-                         "-f", "json", "-f", "srt", "-f", "vtt", "-o", tmp_path, "--draft-tokens", "3")
+                         "-f", "json", "-f", "srt", "-f", "vtt", "-f", "tsv", "-o", tmp_path, "--draft-tokens", "3",
+                         "--max-line-width", "30", "--max-line-count", "2")
     assert code == 0, err
     result = json.loads((tmp_path / f"{QUILTER.stem}.json").read_text())
     assert set(result) >= {"text", "language", "segments", "stats"}
@@ -84,10 +85,17 @@ def test_json_srt_vtt_outputs(capsys, tmp_path):
     stats = result["stats"]
     assert stats["drafted_tokens"] > 0 and stats["acceptance"] == 1.0
     assert stats["encoder_seconds"] > 0 and stats["decoding_seconds"] > 0 and stats["main_forwards"] > 0
+    assert all(s["words"] for s in result["segments"])  # cutting cues takes word times
     srt = (tmp_path / f"{QUILTER.stem}.srt").read_text()
     assert srt.startswith("1\n00:00:0") and " --> " in srt and "Quilter" in srt
+    lines = [line for cue in srt.strip().split("\n\n") for line in cue.split("\n")[2:]]
+    assert len(lines) > 2 and all(0 < len(line) <= 30 for line in lines)
+    assert all(len(cue.split("\n")) <= 2 + 2 for cue in srt.strip().split("\n\n"))
     vtt = (tmp_path / f"{QUILTER.stem}.vtt").read_text()
     assert vtt.startswith("WEBVTT\n\n00:00:0") and "Quilter" in vtt
+    tsv = (tmp_path / f"{QUILTER.stem}.tsv").read_text().splitlines()
+    assert tsv[0] == "start\tend\ttext" and len(tsv) == 1 + len(result["segments"])
+    assert tsv[1].split("\t")[2] == result["segments"][0]["text"]
 
 
 def test_unknown_language_and_help(capsys):

@@ -9,7 +9,7 @@ from conftest import main_alone, speech
 
 from whisper_spec.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.metrics import word_error_rate
-from whisper_spec.options import ChunkingOptions, DecodingOptions, VadOptions
+from whisper_spec.options import ChunkingOptions, DecodingOptions, SubtitleOptions, VadOptions
 from whisper_spec.pair import WhisperPair, decoder_subset
 from whisper_spec.pipeline import Transcript, _plan, transcribe
 from whisper_spec.segments import Segment, keep_to_speech, skipped_stretch
@@ -206,7 +206,7 @@ def test_no_text_in_a_long_pause_or_a_quiet_tail_and_no_word_inside_them(base_pa
             assert not first_end + 0.5 < word.start < second_start - 0.5, word
             assert word.end <= last_speech + 0.5
             assert word.end > word.start or word.end == word.start  # ordered
-    cues = to_srt(result, max_words_per_line=1).split("\n\n")
+    cues = to_srt(result, SubtitleOptions(max_words_per_line=1)).split("\n\n")
     assert len(cues) == sum(len(s.words) for s in result.segments)
     for cue in cues:  # none of no length
         start, end = cue.splitlines()[1].split(" --> ")
@@ -277,5 +277,5 @@ def test_text_over_a_quiet_stretch_is_dropped_and_words_leave_pauses():
 def test_a_subtitle_cue_always_has_a_length():
     word = Word(" Hi.", 3.0, 3.0, 0.9, [1])
     transcript = Transcript("x.wav", "Hi.", "en", 5.0, [Segment(3.0, 3.0, "Hi.", [1], [word])])
-    for words_per_line in (None, 1):
-        assert "00:00:03,000 --> 00:00:03,020" in to_srt(transcript, words_per_line)
+    for layout in (SubtitleOptions(), SubtitleOptions(max_words_per_line=1), SubtitleOptions(max_line_width=42)):
+        assert "00:00:03,000 --> 00:00:03,020" in to_srt(transcript, layout)

@@ -8,7 +8,7 @@ import pytest
 from conftest import main_alone, speech
 
 from whisper_spec.load import load_pair
-from whisper_spec.options import DecodingOptions
+from whisper_spec.options import DecodingOptions, SubtitleOptions
 from whisper_spec.pipeline import transcribe
 from whisper_spec.sources import ct2_source
 from whisper_spec.timing import Word, dtw, merge_punctuations, split_words
@@ -113,9 +113,9 @@ def test_word_starts_agree_with_faster_whisper(chapter_words):
 
 def test_subtitles_can_have_a_cue_per_word(chapter_words):
     transcript = chapter_words[False]
-    cues = re.findall(r"^(\S+) --> (\S+)\n(.+)$", render(transcript, "vtt", max_words_per_line=1), flags=re.M)
+    cues = re.findall(r"^(\S+) --> (\S+)\n(.+)$", render(transcript, "vtt", SubtitleOptions(max_words_per_line=1)), flags=re.M)
     words = [w for s in transcript.segments for w in s.words]
     assert [text for _, _, text in cues] == [w.word.strip() for w in words]
     assert len(re.findall(" --> ", render(transcript, "srt"))) == len(transcript.segments)
-    three = re.findall(r"^\d+\n.+ --> .+\n(.+)$", render(transcript, "srt", max_words_per_line=3), flags=re.M)
+    three = re.findall(r"^\d+\n.+ --> .+\n(.+)$", render(transcript, "srt", SubtitleOptions(max_words_per_line=3)), flags=re.M)
     assert all(len(text.split()) <= 3 for text in three) and " ".join(three) == transcript.text

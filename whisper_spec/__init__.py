@@ -3,7 +3,7 @@
 The data flow, one module a stage: audio (files -> 16 kHz -> log-mel features) -> vad (long audio ->
 speech chunks) -> encoding (encoder states into the decoders) -> decoding (a batch at each
 temperature) -> speculative (draft, verify, accept per row) -> segments (a window's tokens -> timed
-segments) -> writers (txt, json, srt, vtt). model is the network, load and pair make the model pair,
+segments) -> writers (txt, json, srt, vtt, tsv). model is the network, load and pair make the model pair,
 platform decides what the device and CPU change; pipeline (transcribe) and batch run files through
 it; bench and distill measure and train.
 
@@ -27,6 +27,7 @@ _PUBLIC = {
     "decode_windows": "decoding", "DecodingStats": "stats",
     "load_model": "load", "load_pair": "load", "WhisperPair": "pair", "IncompatiblePair": "pair",
     "transcribe": "pipeline", "Transcript": "pipeline", "Failure": "pipeline", "Segment": "segments",
+    "render": "writers", "write_outputs": "writers", "SubtitleOptions": "options",
     "run_bench": "bench.harness",
 }
 __all__ = sorted(_PUBLIC)

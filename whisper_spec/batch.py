@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from .jobs import AudioProgress, Job
-from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
+from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions, SubtitleOptions
 from .pair import WhisperPair
 from .pipeline import Failure, Transcript, transcribe
 from .stats import DecodingStats
@@ -127,11 +127,11 @@ def run_batch(
     batch_size: int = BATCH_SIZE,
     chunking: ChunkingOptions = ChunkingOptions(),
     progress: bool = True,
-    max_words_per_line: int | None = None,
+    layout: SubtitleOptions = SubtitleOptions(),
     on_file: Callable[[Job, Path | None], None] | None = None,
 ) -> dict:
     """Run a batch job here; returns the summary (also written to output_dir/summary.json).
-    max_words_per_line: as writers.render. on_file(job, first output written or None) after each file."""
+    layout: srt and vtt cues (writers.cues). on_file(job, first output written or None) after each file."""
     log = BatchLog(jobs, output_dir, formats, progress)
     by_path = {str(job.path): job for job in log.todo}
     languages = {str(job.path): job.language for job in log.todo if job.language}
@@ -141,7 +141,7 @@ def run_batch(
                              languages=languages, prompts=prompts, on_window=log.bar.advance)
         for result in results:
             job = by_path[result.path]
-            written = write_result(result, log.output_dir, formats, job.name, max_words_per_line)
+            written = write_result(result, log.output_dir, formats, job.name, layout)
             if isinstance(written, str):
                 log.file_failed(job, written)
             else:
@@ -154,11 +154,11 @@ def run_batch(
 
 
 def write_result(result: Transcript | Failure, output_dir: Path, formats: list[str], name: str,
-                 max_words_per_line: int | None) -> Path | str:
+                 layout: SubtitleOptions) -> Path | str:
     """A file's outputs written (the first one's path), or the one-line error why there are none."""
     if isinstance(result, Failure):
         return result.error
     try:
-        return write_outputs(result, output_dir, formats, name=name, max_words_per_line=max_words_per_line)[0]
+        return write_outputs(result, output_dir, formats, name=name, layout=layout)[0]
     except OSError as error:  # a full disk, a name the file system refuses: the job goes on
         return f"{result.path}: cannot write its output ({error})"

@@ -185,6 +185,30 @@ class BenchOptions:
     compile: bool = False  # also time compiled configurations (DecodingOptions.compile)
 
 
+OUTPUT_FORMATS = ("txt", "json", "srt", "vtt", "tsv")  # writers.RENDERERS
+
+
+@dataclass(frozen=True)
+class SubtitleOptions:
+    """How srt and vtt cues are cut from segments (writers.cues). A cue never spans two segments;
+    cutting one takes word timestamps (splits_segments), wrapping its lines does not."""
+
+    max_words_per_line: int | None = None
+    max_line_width: int | None = None  # characters; a longer word stands alone on its line
+    # lines a cue holds; None: one with max_words_per_line (a cue per run of words), else the segment's all
+    max_line_count: int | None = None
+
+    def __post_init__(self):
+        for name in ("max_words_per_line", "max_line_width", "max_line_count"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
+
+    @property
+    def splits_segments(self) -> bool:
+        """Whether cues can end inside a segment, so are timed by its words."""
+        return self.max_words_per_line is not None or self.max_line_count is not None
+
+
 @dataclass(frozen=True)
 class RayOptions:
     address: str | None = None  # None: a local Ray instance started for the run; "auto" or host:port: a cluster

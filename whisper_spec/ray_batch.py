@@ -23,7 +23,7 @@ import numpy as np
 from .audio import AudioError, load_audio
 from .batch import BatchLog, write_result
 from .jobs import Job
-from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions, RayOptions
+from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions, RayOptions, SubtitleOptions
 from .pipeline import Failure, transcribe
 from .stats import DecodingStats
 
@@ -43,7 +43,7 @@ class _Transcriber:
     """A Ray actor: one loaded pair; transcribes decoded files and writes their outputs."""
 
     def __init__(self, pair_args: dict, options: DecodingOptions, chunking: ChunkingOptions, batch_size: int,
-                 output_dir: str, formats: list[str], max_words_per_line: int | None, threads: int):
+                 output_dir: str, formats: list[str], layout: SubtitleOptions, threads: int):
         import torch
 
         from .load import load_pair
@@ -51,7 +51,7 @@ class _Transcriber:
         torch.set_num_threads(threads)
         self.pair = load_pair(**pair_args)
         self.options, self.chunking, self.batch_size = options, chunking, batch_size
-        self.output_dir, self.formats, self.max_words_per_line = Path(output_dir), formats, max_words_per_line
+        self.output_dir, self.formats, self.layout = Path(output_dir), formats, layout
 
     def __call__(self, batch: dict) -> dict:
         paths = [str(p) for p in batch["path"]]
@@ -68,7 +68,7 @@ class _Transcriber:
         rows = {"path": [], "error": [], "duration": [], "language": [], "stats": []}
         for result in transcribe(self.pair, paths, self.options, batch_size=self.batch_size, chunking=self.chunking,
                                  languages=languages, prompts=prompts, load=load):
-            written = write_result(result, self.output_dir, self.formats, names[result.path], self.max_words_per_line)
+            written = write_result(result, self.output_dir, self.formats, names[result.path], self.layout)
             failed = isinstance(written, str)
             rows["path"].append(result.path)
             rows["error"].append(written if failed else "")
@@ -89,7 +89,7 @@ def run_batch_ray(
     batch_size: int = BATCH_SIZE,
     chunking: ChunkingOptions = ChunkingOptions(),
     progress: bool = True,
-    max_words_per_line: int | None = None,
+    layout: SubtitleOptions = SubtitleOptions(),
 ) -> dict:
     """Run a batch job on Ray; returns the summary (also written to output_dir/summary.json).
 
@@ -111,7 +111,7 @@ def run_batch_ray(
                      for job in log.todo]
             gpus = 1 if str(pair_args.get("device", "cpu")).startswith("cuda") else 0
             actor_args = dict(pair_args=pair_args, options=options, chunking=chunking, batch_size=batch_size,
-                              output_dir=str(log.output_dir), formats=formats, max_words_per_line=max_words_per_line,
+                              output_dir=str(log.output_dir), formats=formats, layout=layout,
                               threads=ray_options.threads)
             # decoding audio must not wait for the CPUs the actors hold (it takes no Ray CPU), and
             # a few tasks at a time keep ahead of the actors without crowding them

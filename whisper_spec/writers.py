@@ -1,4 +1,4 @@
-"""Transcripts -> txt, json, srt, vtt. Files are written atomically (temp file, then rename)."""
+"""Transcripts -> txt, json, srt, vtt, tsv. Files are written atomically (temp file, then rename)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import contextlib
 import json
 import os
 from pathlib import Path
+from typing import Callable
 
+from .options import SubtitleOptions
 from .pipeline import Transcript
 from .tokenizer import TIME_PRECISION
-
-FORMATS = ("txt", "json", "srt", "vtt")
 
 
 def _timestamp(seconds: float, decimal: str) -> str:
@@ -29,41 +29,69 @@ def to_json(transcript: Transcript) -> str:
     return json.dumps(transcript.as_dict(), ensure_ascii=False, indent=2) + "\n"
 
 
-def _cues(transcript: Transcript, max_words_per_line: int | None) -> list[tuple[float, float, str]]:
-    """Subtitle cues: one per segment, or with max_words_per_line and word timestamps, runs of at
-    most that many words of a segment, timed by their words. A cue lasts at least one timestamp
-    step: players skip a cue of no length."""
-    cues = []
+def _wrap(words: list, text: Callable[[object], str], layout: SubtitleOptions) -> list[list]:
+    """Words (each with its leading space) into lines of at most max_line_width characters and
+    max_words_per_line words, filled in order; a word longer than the width gets a line of its own."""
+    lines: list[list] = []
+    for word in words:
+        if lines:
+            joined = "".join(text(w) for w in (*lines[-1], word)).strip()
+            if ((layout.max_line_width is None or len(joined) <= layout.max_line_width)
+                    and (layout.max_words_per_line is None or len(lines[-1]) < layout.max_words_per_line)):
+                lines[-1].append(word)
+                continue
+        lines.append([word])
+    return lines
+
+
+def cues(transcript: Transcript, layout: SubtitleOptions = SubtitleOptions()) -> list[tuple[float, float, str]]:
+    """Subtitle cues (start, end, text with a newline between lines): a segment's, its words wrapped
+    into lines by the layout; where the layout cuts segments (SubtitleOptions.splits_segments) and
+    the segment has word timestamps, runs of max_line_count lines timed by their words. A cue lasts
+    at least one timestamp step: players skip a cue of no length."""
+    wraps = layout.max_line_width is not None or layout.max_words_per_line is not None
+    lines_a_cue = layout.max_line_count or (1 if layout.max_words_per_line is not None else None)
+    found = []
     for segment in transcript.segments:
-        if not max_words_per_line or not segment.words:
-            cues.append((segment.start, segment.end, segment.text))
-            continue
-        for i in range(0, len(segment.words), max_words_per_line):
-            words = segment.words[i : i + max_words_per_line]
-            cues.append((words[0].start, words[-1].end, "".join(w.word for w in words).strip()))
-    return [(start, max(end, start + TIME_PRECISION), text) for start, end, text in cues]
+        if layout.splits_segments and segment.words:
+            lines = _wrap(segment.words, lambda w: w.word, layout)
+            step = lines_a_cue or len(lines)
+            for i in range(0, len(lines), step):
+                group = lines[i : i + step]
+                found.append((group[0][0].start, group[-1][-1].end,
+                              "\n".join("".join(w.word for w in line).strip() for line in group)))
+        elif wraps:  # no word times: the whole segment, its text wrapped
+            lines = _wrap([" " + word for word in segment.text.split()], str, layout)
+            found.append((segment.start, segment.end, "\n".join("".join(line).strip() for line in lines)))
+        else:
+            found.append((segment.start, segment.end, segment.text))
+    return [(start, max(end, start + TIME_PRECISION), text) for start, end, text in found]
 
 
-def to_srt(transcript: Transcript, max_words_per_line: int | None = None) -> str:
+def to_srt(transcript: Transcript, layout: SubtitleOptions = SubtitleOptions()) -> str:
     blocks = [f"{i}\n{_timestamp(start, ',')} --> {_timestamp(end, ',')}\n{text}\n"
-              for i, (start, end, text) in enumerate(_cues(transcript, max_words_per_line), start=1)]
+              for i, (start, end, text) in enumerate(cues(transcript, layout), start=1)]
     return "\n".join(blocks)
 
 
-def to_vtt(transcript: Transcript, max_words_per_line: int | None = None) -> str:
-    blocks = [f"{_timestamp(start, '.')} --> {_timestamp(end, '.')}\n{text}\n"
-              for start, end, text in _cues(transcript, max_words_per_line)]
+def to_vtt(transcript: Transcript, layout: SubtitleOptions = SubtitleOptions()) -> str:
+    blocks = [f"{_timestamp(start, '.')} --> {_timestamp(end, '.')}\n{text}\n" for start, end, text in cues(transcript, layout)]
     return "WEBVTT\n\n" + "\n".join(blocks)
 
 
-RENDERERS = {"txt": to_txt, "json": to_json, "srt": to_srt, "vtt": to_vtt}
+def to_tsv(transcript: Transcript) -> str:
+    """openai-whisper's table: a header, then each segment's start and end in integer milliseconds and its text."""
+    rows = ["start\tend\ttext"] + [f"{round(1000 * s.start)}\t{round(1000 * s.end)}\t{s.text.replace(chr(9), ' ')}"
+                                  for s in transcript.segments]
+    return "\n".join(rows) + "\n"
 
 
-def render(transcript: Transcript, fmt: str, max_words_per_line: int | None = None) -> str:
-    """max_words_per_line: subtitle cues of at most that many words (srt, vtt; needs word timestamps)."""
-    if fmt in ("srt", "vtt"):
-        return RENDERERS[fmt](transcript, max_words_per_line)
-    return RENDERERS[fmt](transcript)
+RENDERERS = {"txt": to_txt, "json": to_json, "srt": to_srt, "vtt": to_vtt, "tsv": to_tsv}
+SUBTITLES = ("srt", "vtt")  # the formats a SubtitleOptions shapes
+
+
+def render(transcript: Transcript, fmt: str, layout: SubtitleOptions = SubtitleOptions()) -> str:
+    return RENDERERS[fmt](transcript, layout) if fmt in SUBTITLES else RENDERERS[fmt](transcript)
 
 
 def write_atomic(path: Path, content: str) -> None:
@@ -92,12 +120,12 @@ def check_output_dir(path: Path) -> None:
 
 
 def write_outputs(transcript: Transcript, output_dir: Path, formats: list[str], name: str | None = None,
-                  max_words_per_line: int | None = None) -> list[Path]:
+                  layout: SubtitleOptions = SubtitleOptions()) -> list[Path]:
     """One file per format: DIR/<name>.<format>, name defaulting to the audio file's stem."""
     name = name or Path(transcript.path).stem
     written = []
     for fmt in formats:
         path = Path(output_dir) / f"{name}.{fmt}"
-        write_atomic(path, render(transcript, fmt, max_words_per_line))
+        write_atomic(path, render(transcript, fmt, layout))
         written.append(path)
     return written
