@@ -35,6 +35,8 @@ def test_inputs_folder_glob_and_manifest():
     assert listed[0].name == "librispeech/test-other/1688-142285-0000" and listed[0].language == "en"
     with pytest.raises(ValueError, match="no audio files match"):
         collect_jobs(str(SPEECH / "nothing-here-*.wav"))
+    with pytest.raises(ValueError, match="^s3://bucket/talks: a URL; whisper-spec reads local files"):
+        collect_jobs(["s3://bucket/talks"])
 
 
 @pytest.fixture(scope="module")

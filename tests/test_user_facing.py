@@ -172,6 +172,7 @@ def test_batch_errors_and_notes_carry_the_tool_name(capsys, tmp_path):
     (["--language", "Klingon"], "--language: unknown language 'Klingon'"),
     (["--device", "cuda:1"] if not torch.cuda.is_available() else ["--device", f"cuda:{torch.cuda.device_count()}"],
      "device cuda:"),
+    (["https://example.com/talk.mp3"], "https://example.com/talk.mp3: a URL; whisper-spec reads local files"),
 ])
 def test_errors_are_one_line_and_name_the_flag_or_the_path(capsys, args, message):
     code, out, err = run(capsys, "transcribe", QUILTER, *args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -33,7 +34,7 @@ def collect_jobs(sources: str | list[str]) -> list[Job]:
     `language` and `prompt` per line; output names made unique."""
     jobs = []
     for source in [sources] if isinstance(sources, str) else sources:
-        found = _find_jobs(source)
+        found = _find_jobs(_local(source))
         if not found:
             raise ValueError(f"{source}: no audio files ({', '.join(sorted(AUDIO_SUFFIXES))})")
         jobs += found
@@ -58,7 +59,14 @@ def _contained(name: str, path: Path) -> str:
 
 def jobs_of_files(paths: list[str | Path]) -> list[Job]:
     """Jobs for files given one by one, named by their stems (made unique)."""
-    return unique_names([Job(Path(p), Path(p).stem) for p in paths])
+    return unique_names([Job(Path(_local(p)), Path(p).stem) for p in paths])
+
+
+def _local(source: str | Path) -> str | Path:
+    """source, refused with one line where it is a URL (a Path would quietly make it a missing file)."""
+    if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*://", str(source)):
+        raise ValueError(f"{source}: a URL; whisper-spec reads local files (download it first)")
+    return source
 
 
 def unique_names(jobs: list[Job]) -> list[Job]:
