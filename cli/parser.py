@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     transcribe = sub.add_parser("transcribe", help="transcribe audio files",
                                 description="Transcribe audio files (wav, flac, ogg, mp3, m4a, mp4, webm, ...; any "
                                             "rate; stereo is downmixed).")
-    transcribe.add_argument("files", nargs="+", metavar="FILE")
+    transcribe.add_argument("files", nargs="+", metavar="FILE", help="audio files; - reads audio piped in")
     _add_model_options(transcribe)
     _add_decoding_options(transcribe)
     _add_output_options(transcribe, output_dir_required=False)

@@ -3,6 +3,7 @@ progress, output formats, file modes and the README's own examples. Real audio f
 speech set; small files made here where a bad input is needed."""
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -435,3 +436,56 @@ def test_a_reader_that_leaves_early_ends_the_job_quietly(tmp_path):
         assert result.stdout.splitlines() == ["==> " + str(CLIPS[0]) + " (srt) <==", "1"] or \
             len(result.stdout.splitlines()) == 2
         assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+def test_piped_audio_is_read_as_dash_and_named_stdin(tmp_path):
+    """`... | whisper-spec transcribe -`: a container that must seek (m4a) as well as flac, beside a file."""
+    import av
+
+    clip = tmp_path / "clip.m4a"
+    samples, rate = soundfile.read(QUILTER, dtype="int16")
+    with av.open(str(clip), "w") as container:
+        stream = container.add_stream("aac", rate=rate)
+        frame = av.AudioFrame.from_ndarray(samples[None, :], format="s16", layout="mono")
+        frame.sample_rate = rate
+        for packet in [*stream.encode(frame), *stream.encode()]:
+            container.mux(packet)
+    command = [sys.executable, "-m", "whisper_spec.cli.main", "transcribe", "-", str(CLIPS[0]), "-m", "tiny.en"]
+    with open(clip, "rb") as piped:
+        printed = subprocess.run(command, stdin=piped, capture_output=True, text=True, cwd=ROOT)
+    assert printed.returncode == 0, printed.stderr
+    assert re.search(r"^-: Mr\. Quilter is the apostle", printed.stdout, flags=re.M), printed.stdout
+    assert "whisper-spec: [1/2] -: done" in printed.stderr.splitlines()
+    with open(QUILTER, "rb") as piped:
+        written = subprocess.run([*command[:5], "-m", "tiny.en", "-o", str(tmp_path / "out"), "-q"], stdin=piped,
+                                 capture_output=True, text=True, cwd=ROOT)
+    assert written.returncode == 0, written.stderr
+    assert "Quilter" in (tmp_path / "out" / "stdin.txt").read_text()
+
+
+class _Stdin:
+    def __init__(self, data: bytes, tty: bool = False):
+        self.buffer, self.tty = io.BytesIO(data), tty
+
+    def isatty(self):
+        return self.tty
+
+
+@pytest.mark.parametrize("stdin, message", [
+    (_Stdin(b""), "-: empty input"),
+    (_Stdin(b"", tty=True), "-: standard input is a terminal; pipe audio into it"),
+    (_Stdin(b"not audio at all"), "-: cannot decode audio (Error opening '-': Format not recognised.)"),
+])
+def test_piped_input_that_cannot_be_used_is_one_line_naming_dash(monkeypatch, stdin, message):
+    from whisper_spec.audio import AudioError, load_audio
+    from whisper_spec.jobs import audio_seconds, jobs_of_files
+
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert audio_seconds(Path("-")) == 0.0 and stdin.buffer.tell() == 0  # a header read would use it up
+    with pytest.raises(AudioError) as error:
+        load_audio("-")
+    assert str(error.value) == message or str(error.value).startswith(message)
+    assert [(str(j.path), j.name) for j in jobs_of_files(["-", str(QUILTER)])] == [("-", "stdin"), (str(QUILTER), QUILTER.stem)]
+    with pytest.raises(ValueError, match="^-: piped audio is read by whisper-spec transcribe, not by a batch job"):
+        collect_jobs(["-"])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +36,15 @@ def peak(audio: np.ndarray) -> float:
     return float(np.abs(audio).max(initial=0.0))
 
 
+STDIN = "-"  # as a path: the audio piped into the process
+
+
 def load_audio(path: str | Path) -> np.ndarray:
-    """Decode a file to 16 kHz mono float32, resampling and downmixing: libsndfile's formats (wav,
-    flac, ogg, mp3, ...), else the first audio track of any container ffmpeg reads (m4a, mp4, webm, ...)."""
+    """Decode a file (or STDIN) to 16 kHz mono float32, resampling and downmixing: libsndfile's
+    formats (wav, flac, ogg, mp3, ...), else the first audio track of any container ffmpeg reads
+    (m4a, mp4, webm, ...)."""
+    if str(path) == STDIN:
+        return _load_stdin()
     path = Path(path)
     if not path.exists():
         raise AudioError(f"{path}: no such file")
@@ -44,17 +52,35 @@ def load_audio(path: str | Path) -> np.ndarray:
         raise AudioError(f"{path}: is a folder, not an audio file (whisper-spec batch transcribes folders)")
     if path.stat().st_size == 0:
         raise AudioError(f"{path}: empty file")
+    return _decode(path, path)
+
+
+def _load_stdin() -> np.ndarray:
+    """The piped bytes, through a temporary file: containers such as mp4 need to seek."""
+    if sys.stdin is None or sys.stdin.isatty():
+        raise AudioError(f"{STDIN}: standard input is a terminal; pipe audio into it (ffmpeg ... -f wav - | ...)")
+    data = sys.stdin.buffer.read()
+    if not data:
+        raise AudioError(f"{STDIN}: empty input")
+    with tempfile.NamedTemporaryFile(prefix="whisper-spec-stdin-") as file:
+        file.write(data)
+        file.flush()
+        return _decode(Path(file.name), STDIN)
+
+
+def _decode(path: Path, name: str | Path) -> np.ndarray:
+    """path's audio; errors name it as name."""
     try:
         audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
         audio = audio.mean(axis=1)
     except Exception as error:  # libsndfile names the problem but not always the file
-        audio, rate = _read_with_ffmpeg(path, error), SAMPLE_RATE
+        audio, rate = _read_with_ffmpeg(path, error, name), SAMPLE_RATE
     if audio.shape[0] == 0:
-        raise AudioError(f"{path}: no audio samples")
+        raise AudioError(f"{name}: no audio samples")
     if rate != SAMPLE_RATE:
         audio = _resample(audio, rate)
     if not np.isfinite(audio).all():
-        raise AudioError(f"{path}: audio contains NaN or infinite samples")
+        raise AudioError(f"{name}: audio contains NaN or infinite samples")
     return np.ascontiguousarray(audio, dtype=np.float32)
 
 
@@ -68,7 +94,7 @@ def _resample(audio: np.ndarray, rate: int) -> np.ndarray:
     return np.pad(out, (0, max(length - len(out), 0)))[:length]
 
 
-def _read_with_ffmpeg(path: Path, soundfile_error: Exception) -> np.ndarray:
+def _read_with_ffmpeg(path: Path, soundfile_error: Exception, name: str | Path) -> np.ndarray:
     """The first audio track of a container libsndfile does not read (m4a, mp4, webm, ...), through
     PyAV, resampled to 16 kHz mono float32 by ffmpeg."""
     import av  # only these formats need it
@@ -76,7 +102,7 @@ def _read_with_ffmpeg(path: Path, soundfile_error: Exception) -> np.ndarray:
     try:
         with av.open(str(path)) as container:
             if not container.streams.audio:
-                raise AudioError(f"{path}: no audio track")
+                raise AudioError(f"{name}: no audio track")
             resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
             chunks = [out.to_ndarray().reshape(-1) for frame in container.decode(container.streams.audio[0])
                       for out in resampler.resample(frame)]
@@ -85,9 +111,9 @@ def _read_with_ffmpeg(path: Path, soundfile_error: Exception) -> np.ndarray:
         raise
     except Exception as error:  # neither decoder reads it: libsndfile's reason, unless ffmpeg found a container
         reason = soundfile_error if isinstance(error, av.error.InvalidDataError) else error
-        raise AudioError(f"{path}: cannot decode audio ({_first_line(reason)})") from None
+        raise AudioError(f"{name}: cannot decode audio ({_first_line(reason).replace(str(path), str(name))})") from None
     if not chunks:  # a stream ffmpeg guessed at that holds nothing it can decode
-        raise AudioError(f"{path}: cannot decode audio ({_first_line(soundfile_error)})")
+        raise AudioError(f"{name}: cannot decode audio ({_first_line(soundfile_error).replace(str(path), str(name))})")
     return np.concatenate(chunks)
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import soundfile
 
+from .audio import STDIN
+
 # the files a folder or a glob gives a job: libsndfile's formats, and what people record with phones
 # and browsers, audio and video containers alike (audio.load_audio reads them through PyAV)
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aiff", ".aif", ".m4a", ".aac", ".mp4",
@@ -34,6 +36,8 @@ def collect_jobs(sources: str | list[str]) -> list[Job]:
     `language` and `prompt` per line; output names made unique."""
     jobs = []
     for source in [sources] if isinstance(sources, str) else sources:
+        if str(source) == STDIN:  # a job is resumed by its files' names, and piped audio has none to find again
+            raise ValueError(f"{STDIN}: piped audio is read by whisper-spec transcribe, not by a batch job")
         found = _find_jobs(_local(source))
         if not found:
             raise ValueError(f"{source}: no audio files ({', '.join(sorted(AUDIO_SUFFIXES))})")
@@ -58,14 +62,14 @@ def _contained(name: str, path: Path) -> str:
 
 
 def jobs_of_files(paths: list[str | Path]) -> list[Job]:
-    """Jobs for files given one by one, named by their stems (made unique)."""
-    return unique_names([Job(Path(_local(p)), Path(p).stem) for p in paths])
+    """Jobs for files given one by one, named by their stems (made unique); STDIN is named stdin."""
+    return unique_names([Job(Path(_local(p)), "stdin" if str(p) == STDIN else Path(p).stem) for p in paths])
 
 
 def _local(source: str | Path) -> str | Path:
     """source, refused with one line where it is a URL (a Path would quietly make it a missing file)."""
     if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*://", str(source)):
-        raise ValueError(f"{source}: a URL; whisper-spec reads local files (download it first)")
+        raise ValueError(f"{source}: a URL; whisper-spec reads local files (download it first, or pipe it in as -)")
     return source
 
 
@@ -132,7 +136,10 @@ def _fixed_prefix(pattern: str) -> str:
 
 
 def audio_seconds(path: Path) -> float:
-    """Duration from the file header (cheap; a container's through PyAV); 0 where it cannot be read."""
+    """Duration from the file header (cheap; a container's through PyAV); 0 where it cannot be read
+    (STDIN: reading it would use it up)."""
+    if str(path) == STDIN:
+        return 0.0
     try:
         info = soundfile.info(str(path))
         return info.frames / info.samplerate
