@@ -110,9 +110,9 @@ def _setup(args, formats: list[str], load: bool = True):
     """Decoding, chunking and subtitle options, checked, then the model pair (None unless load) and a
     note printer."""
     from whisper_spec.options import SubtitleOptions
-    from whisper_spec.writers import SUBTITLES
+    from whisper_spec.writers import SUBTITLES, TIMED
 
-    timestamps = args.timestamps if args.timestamps is not None else any(f in SUBTITLES for f in formats)
+    timestamps = args.timestamps if args.timestamps is not None else any(f in TIMED for f in formats)
     note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
     layout = _options(SubtitleOptions, max_words_per_line=args.max_words_per_line, max_line_width=args.max_line_width,
                       max_line_count=args.max_line_count)

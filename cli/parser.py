@@ -136,7 +136,7 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--adaptive-draft", action="store_true",
                        help="per row: draft 2 more after full acceptance, 1 fewer after a rejection")
     group.add_argument("--timestamps", action=argparse.BooleanOptionalAction, default=None,
-                       help="predict segment timestamps (default: on for srt and vtt output)")
+                       help="predict segment timestamps (default: on for srt, vtt and tsv output)")
     group.add_argument("--word-timestamps", action="store_true",
                        help="time every word (json: each segment's words with start, end and probability)")
     group.add_argument("--no-speech-threshold", type=_optional_float, default=DecodingOptions.no_speech_threshold,

@@ -126,6 +126,19 @@ def test_initial_prompt_reaches_the_decoding_options_of_both_commands():
         assert _setup(build_parser().parse_args(command), ["txt"], load=False)[0].prompt is None
 
 
+def test_timed_formats_turn_timestamps_on_and_cutting_cues_word_timestamps():
+    from whisper_spec.cli.main import _setup
+    from whisper_spec.cli.parser import build_parser
+
+    for formats, flags, timestamps, words in ((["txt"], [], False, False), (["tsv"], [], True, False),
+                                              (["srt"], ["--max-line-width", "42"], True, False),
+                                              (["vtt"], ["--max-line-count", "2"], True, True),
+                                              (["srt"], ["--no-timestamps", "--max-words-per-line", "3"], False, True)):
+        options, _, layout, _, _ = _setup(build_parser().parse_args(["transcribe", "x", *flags]), formats, load=False)
+        assert (options.timestamps, options.word_timestamps) == (timestamps, words), (formats, flags)
+        assert layout.splits_segments == words
+
+
 def test_encoder_precision_is_left_to_the_loader_unless_a_flag_says(tmp_path):
     """No flag: load_pair's device default (platform.default_encoder_precision); --encoder-precision: that one."""
     from whisper_spec.cli.main import pair_args

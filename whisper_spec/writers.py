@@ -88,6 +88,7 @@ def to_tsv(transcript: Transcript) -> str:
 
 RENDERERS = {"txt": to_txt, "json": to_json, "srt": to_srt, "vtt": to_vtt, "tsv": to_tsv}
 SUBTITLES = ("srt", "vtt")  # the formats a SubtitleOptions shapes
+TIMED = (*SUBTITLES, "tsv")  # the formats of timed segments: timestamps are on for them unless told otherwise
 
 
 def render(transcript: Transcript, fmt: str, layout: SubtitleOptions = SubtitleOptions()) -> str:
