@@ -265,7 +265,7 @@ def cmd_distill(args) -> int:
         draft_vocab=args.draft_vocab, steps=args.steps, batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, held_out=args.held_out,
         eval_every=args.eval_every, seed=args.seed, join=args.join, augment=args.augment, shifts=args.shifts,
-        balance=args.balance,
+        balance=args.balance, tasks=tuple(args.tasks.split(",")),
     )
     device, _, _ = _pick_device(args.device, "float32")
     # float encoder states, as the shipped assistants were trained on (their cards' commands)

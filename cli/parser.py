@@ -14,6 +14,7 @@ from whisper_spec.options import (
     ENCODER_PRECISIONS,
     LONG_RECORDING_SECONDS,
     OUTPUT_FORMATS,
+    TASKS,
     TEMPERATURE_INCREMENT,
     BenchOptions,
     ChunkingOptions,
@@ -115,7 +116,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("decoding")
     group.add_argument("--language", "-l", default=None, help="language code such as en, de, nl (default: detect)")
-    group.add_argument("--task", choices=("transcribe", "translate"), default=DecodingOptions.task)
+    group.add_argument("--task", choices=TASKS, default=DecodingOptions.task)
     group.add_argument("--temperature", type=_temperatures, default=f"{DecodingOptions.temperature[0]:g}", metavar="T[,T...]",
                        help="the temperature every window is decoded at (0: greedy), or the comma-separated "
                             "list to try in turn, a window's text failing the thresholds below going on to the "
@@ -277,6 +278,9 @@ def _add_distill_parser(sub) -> None:
                        help="a distilled assistant to start from (its layers and draft vocabulary), e.g. a draft head of "
                             "--layers as many layers that starts as that assistant and learns to read the main "
                             "decoder's hidden states too")
+    train.add_argument("--tasks", default=",".join(DistillOptions.tasks), metavar="TASK[,TASK]",
+                       help="the tasks to label windows for and the assistant to draft for: transcribe, translate or "
+                            "both, comma-separated (default: %(default)s)")
     train.add_argument("--draft-vocab", type=int, default=DistillOptions.draft_vocab,
                        help="tokens the assistant can draft, timestamps included (default: %(default)s)")
     train.add_argument("--steps", type=int, default=DistillOptions.steps, help="optimizer steps (default: %(default)s)")
@@ -346,7 +350,7 @@ def _add_bench_parser(sub) -> None:
     runs.add_argument("--repeats", type=int, default=BenchOptions.repeats, help="timed repeats, median reported (default: %(default)s)")
     runs.add_argument("--peers", default=",".join(BenchOptions.peers),
                       help="comma-separated peers to run where installed, or none (default: %(default)s)")
-    runs.add_argument("--task", choices=("transcribe", "translate"), default=DecodingOptions.task)
+    runs.add_argument("--task", choices=TASKS, default=DecodingOptions.task)
     runs.add_argument("--initial-prompt", metavar="TEXT", default=None,
                       help="text before every utterance, ours and the peers' (transcribe's --initial-prompt)")
     bench.add_argument("--output-dir", "-o", type=Path, default=Path("bench-results"),

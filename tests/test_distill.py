@@ -291,3 +291,26 @@ def test_a_multilingual_assistant_reports_each_language_and_drafts_only_for_them
     assert "| de |" in card and "acceptance de" in card and "Drafts for the transcribe task" in card
     assistant = load_distilled(tmp_path / "a", random_main.main, torch.float32, "cpu")
     assert assistant.draft_languages == ("de", "en") and assistant.draft_tasks == ("transcribe",)
+
+
+def test_an_assistant_distilled_for_both_tasks_drafts_for_both_and_reports_each(random_main, clips, tmp_path):
+    """--tasks transcribe,translate: every window labelled for both (the task's token in its prompt),
+    in window files of their own beside transcription's; the card and the loaded assistant name both."""
+    options = replace(OPTIONS, tasks=("transcribe", "translate"), held_out=0.5)
+    summary = distill(random_main, str(clips), tmp_path / "a", options, cache=tmp_path / "c")
+    special = random_main.main.special
+    windows = sorted((tmp_path / "c" / "windows").glob("*.pt"))
+    assert windows and all(w.stem.endswith("-transcribe+translate") for w in windows)
+    examples = torch.load(windows[0], weights_only=True)["examples"]
+    assert [(e["task"], e["timestamps"]) for e in examples] == [(t, s) for t in options.tasks for s in (False, True)]
+    assert [special.translate in e["tokens"][:e["start"] + 1] for e in examples] == [False, False, True, True]
+    assert set(summary["held_out_acceptance_by_task"]) == {"transcribe", "translate"}
+    assert {"held_out_transcribe_acceptance", "held_out_translate_acceptance"} <= set(summary["log"][-1])
+    assert "held_out_acceptance_by_language" in summary and not any(
+        "translate" in key for key in summary["held_out_acceptance_by_language"])
+    assert json.loads((tmp_path / "a" / "assistant.json").read_text())["draft_tasks"] == ["transcribe", "translate"]
+    assert "Drafts for the transcribe and translate tasks" in (tmp_path / "a" / "README.md").read_text()
+    assistant = load_distilled(tmp_path / "a", random_main.main, torch.float32, "cpu")
+    assert assistant.drafts_for("translate") and assistant.drafts_for("transcribe")
+    with pytest.raises(ValueError, match="tasks must be one or both of transcribe, translate"):
+        replace(OPTIONS, tasks=("transcribe", "summarize"))

@@ -28,7 +28,6 @@ from .options import DTYPES, ENCODER_PRECISIONS
 from .pair import (
     ASSISTANT_CONFIG,
     DISTILLED_FRAME_MARGIN,
-    DISTILLED_TASKS,
     HEAD_KIND,
     IncompatiblePair,
     Whisper,
@@ -279,8 +278,8 @@ def load_distilled(path: Path, main: Whisper, dtype, device, int8: bool = False)
     # its configuration and tokenizer files are the main model's
     # assistants written before draft_languages was stored drafted for every language they were trained on
     languages = config.get("draft_languages", config.get("training", {}).get("training_data", {}).get("languages"))
-    # and those written before draft_tasks was stored were distilled for DISTILLED_TASKS
-    tasks = config.get("draft_tasks", DISTILLED_TASKS)
+    # and those written before draft_tasks was stored were distilled on transcripts only
+    tasks = config.get("draft_tasks", ("transcribe",))
     return Whisper(str(path), main.path, dims, main.special, main.tokenizer, decoder, None,
                    draft_languages=tuple(languages) if languages else None, draft_tasks=tuple(tasks),
                    audio_frame_margin=DISTILLED_FRAME_MARGIN)

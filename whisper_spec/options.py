@@ -18,6 +18,7 @@ ENCODER_PRECISIONS = ("int8", *DTYPES)
 # and can be cut into windows several ways (DistillOptions.shifts).
 LONG_RECORDING_SECONDS = 60
 TEMPERATURE_INCREMENT = 0.2  # openai-whisper's step between fallback temperatures
+TASKS = ("transcribe", "translate")  # Whisper's: the text in the audio's language, or in English
 
 
 def temperature_schedule(start: float = 0.0, increment: float | None = TEMPERATURE_INCREMENT) -> tuple[float, ...]:
@@ -71,7 +72,7 @@ class DecodingOptions:
     compile: bool = False
 
     def __post_init__(self):
-        if self.task not in ("transcribe", "translate"):
+        if self.task not in TASKS:
             raise ValueError(f"task must be transcribe or translate, not {self.task!r}")
         temperatures = (self.temperature,) if isinstance(self.temperature, (int, float)) else tuple(self.temperature)
         if not temperatures or any(t < 0 for t in temperatures):
@@ -138,6 +139,8 @@ class DistillOptions:
     # a distilled assistant (decoder kind) whose layers and draft vocabulary to start from instead
     init_assistant: str | None = None
     draft_vocab: int = 16384  # tokens the assistant can draft (timestamps and EOT included)
+    # the tasks the main model labels windows for, so the tasks the assistant drafts for (its draft_tasks)
+    tasks: tuple[str, ...] = ("transcribe",)
     steps: int = 1000
     batch_size: int = 16
     learning_rate: float = 3e-4
@@ -168,6 +171,8 @@ class DistillOptions:
             raise ValueError("augment must be >= 0 and shifts >= 1")
         if not 0 <= self.balance <= 1:
             raise ValueError("balance must be in [0, 1]")
+        if not self.tasks or not set(self.tasks) <= set(TASKS) or len(set(self.tasks)) < len(self.tasks):
+            raise ValueError(f"tasks must be one or both of {', '.join(TASKS)}, not {','.join(self.tasks)}")
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ class Whisper:
     # as an assistant: the languages it drafts for (a distilled one: those it was trained on;
     # other rows are decoded by the main model alone); None: every language
     draft_languages: tuple[str, ...] | None = None
-    # as an assistant: the tasks it drafts for (a distilled one: DISTILLED_TASKS); None: every task
+    # as an assistant: the tasks it drafts for (a distilled one: those it was trained on, as drafts for
+    # another are rejected nearly always); None: every task
     draft_tasks: tuple[str, ...] | None = None
     # as an assistant: cross-attend only to the encoder frames up to the end of the audio plus
     # this many, skipping the padding (half or more of a short clip's window); None: all frames
@@ -59,10 +60,6 @@ class Whisper:
 # Encoder frames (1 s) a distilled assistant attends past the end of the audio: its acceptance is the
 # same as with every frame; full models drafting attend to every frame (decisions, "Assistant frame margin")
 DISTILLED_FRAME_MARGIN = 50
-
-# The tasks whisper-spec distill labels windows with: drafts for another task are rejected nearly
-# always, so the assistant stays out of it (decisions, "Assistants draft for the task they learned")
-DISTILLED_TASKS = ("transcribe",)
 
 
 @dataclass

@@ -20,8 +20,8 @@ from ..decoding import decode_encoded
 from ..encoding import Encoded
 from ..jobs import Job, audio_seconds
 from ..model import CrossStates, DecoderCaches
-from ..options import LONG_RECORDING_SECONDS, DecodingOptions
-from ..pair import DISTILLED_TASKS, Whisper, WhisperPair
+from ..options import LONG_RECORDING_SECONDS, DecodingOptions, DistillOptions
+from ..pair import Whisper, WhisperPair
 from ..sources import cache_dir
 
 CACHE_VERSION = 1  # of the window files' contents
@@ -141,10 +141,11 @@ def _teacher_top_k(main: Whisper, cross: CrossStates, sequences: list[list[int]]
 
 
 def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], cache: Path, *, top_k: int,
-                          seed: int = 0, batch_size: int = 4) -> list[tuple[Path, Recording]]:
-    """Encoder outputs, pseudo-labels (with and without timestamps) and teacher top-k logits for
-    every 30 s window of the recordings, one file per window; windows already cached are skipped.
-    seed: of the perturbed copies."""
+                          seed: int = 0, batch_size: int = 4, tasks: tuple[str, ...] = DistillOptions.tasks
+                          ) -> list[tuple[Path, Recording]]:
+    """Encoder outputs, pseudo-labels (for each task, with and without timestamps) and teacher top-k
+    logits for every 30 s window of the recordings, one file per window; windows already cached are
+    skipped. seed: of the perturbed copies."""
     main = main_pair.main
     cache.mkdir(parents=True, exist_ok=True)
     identity_file = cache / "main.json"
@@ -154,6 +155,8 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
     identity_file.write_text(json.dumps(identity, indent=2) + "\n")
 
     windows, files = [], []
+    # a window's file holds the labels of these tasks (transcription alone: named as before tasks were chosen)
+    labelled = "" if tasks == ("transcribe",) else "-" + "+".join(tasks)
     digests: dict[Path, bytes] = {}
     unreadable: set[Path] = set()  # said once, though the file may be part of several recordings
     # the last recording's decoded files: a long file's recordings (its cuts, its held-out end) come
@@ -182,13 +185,12 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
         start, end = (round(fraction * len(audio)) for fraction in recording.span)
         audio = audio[start + round(recording.shift * SAMPLE_RATE) : end]
         for offset in range(0, len(audio), N_SAMPLES):
-            file = cache / "windows" / f"{key}-{offset // N_SAMPLES}.pt"
+            file = cache / "windows" / f"{key}-{offset // N_SAMPLES}{labelled}.pt"
             files.append((file, recording))
             if not file.is_file():
                 windows.append((file, recording, audio[offset : offset + N_SAMPLES]))
     (cache / "windows").mkdir(exist_ok=True)
 
-    (task,) = DISTILLED_TASKS
     for first in tqdm(range(0, len(windows), batch_size), desc="teacher labels", unit="batch"):
         batch = windows[first : first + batch_size]
         mel = batch_features([w[2] for w in batch], main.dims.n_mels, main_pair.device)
@@ -197,16 +199,18 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
         with torch.inference_mode():
             states = main.encoder(mel)
             encoded = Encoded(main.decoder.cross_states(states))
-        for timestamps in (False, True):
-            options = DecodingOptions(task=task, timestamps=timestamps, temperature=0.0, speculation="off")  # the greedy texts assistants draft
-            results, _ = decode_encoded(main_pair, encoded, options, languages=languages)
-            languages = [r.language for r in results]
-            prompts = [main.special.prompt(r.language, task, timestamps) for r in results]
-            sequences = [p + r.tokens + [main.special.eot] for p, r in zip(prompts, results)]
-            starts = [len(p) - 1 for p in prompts]
-            for row, (ids, values) in enumerate(_teacher_top_k(main, encoded.main, sequences, starts, top_k)):
-                examples[row].append({"timestamps": timestamps, "tokens": sequences[row], "start": starts[row],
-                                      "top_ids": ids, "top_logits": values})
+        for task in tasks:
+            for timestamps in (False, True):
+                # the greedy texts assistants draft
+                options = DecodingOptions(task=task, timestamps=timestamps, temperature=0.0, speculation="off")
+                results, _ = decode_encoded(main_pair, encoded, options, languages=languages)
+                languages = [r.language for r in results]
+                prompts = [main.special.prompt(r.language, task, timestamps) for r in results]
+                sequences = [p + r.tokens + [main.special.eot] for p, r in zip(prompts, results)]
+                starts = [len(p) - 1 for p in prompts]
+                for row, (ids, values) in enumerate(_teacher_top_k(main, encoded.main, sequences, starts, top_k)):
+                    examples[row].append({"task": task, "timestamps": timestamps, "tokens": sequences[row],
+                                          "start": starts[row], "top_ids": ids, "top_logits": values})
         states = states.half().cpu()
         for row, (file, recording, _) in enumerate(batch):
             partial = file.with_suffix(".partial")
@@ -225,6 +229,7 @@ class Example:
     top_ids: torch.Tensor  # [n, k] full-vocabulary ids
     top_logits: torch.Tensor  # [n, k]
     hidden: torch.Tensor | None = None  # [len(tokens), d_model]: the main decoder's, for a draft head (train.teacher_hidden)
+    task: str = "transcribe"  # the labels' (windows cached before tasks were chosen: transcription)
 
 
 def load_cache(files: list[Path], top_k: int):
@@ -239,5 +244,5 @@ def load_cache(files: list[Path], top_k: int):
         languages.append(item["language"])
         for ex in item["examples"]:
             examples.append(Example(index, item["language"], torch.tensor(ex["tokens"]), ex["start"], ex["top_ids"].long(),
-                                     ex["top_logits"].float()))
+                                     ex["top_logits"].float(), task=ex.get("task", "transcribe")))
     return encoder, examples, languages

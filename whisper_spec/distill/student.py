@@ -14,7 +14,6 @@ from ..options import LONG_RECORDING_SECONDS
 from ..pair import (
     ASSISTANT_CONFIG,
     ASSISTANT_FORMAT,
-    DISTILLED_TASKS,
     HEAD_KIND,
     SHARED_WITH_MAIN,
     Whisper,
@@ -154,6 +153,9 @@ def model_card(config: dict) -> str:
         "|---|---:|---:|---:|\n" + "\n".join(
             f"| {language} | {(data.get('train_sequences_by_language') or {}).get(language, 0)} | "
             f"{rate(language, by_language)} | {rate(language, coverage)} |" for language in coverage) + "\n")
+    tasks = config.get("draft_tasks") or ["transcribe"]  # cards before draft_tasks: transcription only
+    by_task = training.get("held_out_acceptance_by_task") or {}
+    by_task = "; held-out acceptance " + ", ".join(f"{task} {rate(task, by_task)}" for task in by_task) if by_task else ""
     is_head = config.get("kind") == HEAD_KIND
     started = (f" (through the distilled assistant `{recipe['init_assistant']}`, whose layers and draft vocabulary it"
                " started from)" if recipe.get("init_assistant") else "")
@@ -181,8 +183,8 @@ with it is the main model's own, token for token.
 - Drafts for rows in {', '.join(config.get('draft_languages') or ['every language'])} (the languages it was trained
   and measured on; the main model's language detection decides a row's); other rows are decoded by
   the main model alone.
-- Drafts for the {' and '.join(config.get('draft_tasks') or DISTILLED_TASKS)} task (its training labels'); for another the main model
-  decodes alone.
+- Drafts for the {' and '.join(tasks)} task{'s' * (len(tasks) > 1)} (its training labels'{by_task}); for another the
+  main model decodes alone.
 - Stored: its own layers, positional embedding and final layer norm{" and its fusion layers" if is_head else ""}, float16.
 
 ## Recipe

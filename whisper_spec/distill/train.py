@@ -20,7 +20,7 @@ from ..jobs import collect_jobs
 from ..load import load_distilled
 from ..model import Decoder, DecoderCaches, DraftHead
 from ..options import DistillOptions
-from ..pair import DISTILLED_TASKS, Whisper, WhisperPair, own_state
+from ..pair import Whisper, WhisperPair, own_state
 from ..speculative import hidden_before
 from .data import Example, default_cache, is_long, load_cache, plan_recordings, prepare_teacher_cache
 from .student import build_student, choose_draft_vocab, save_assistant, spread_layers
@@ -155,13 +155,16 @@ def _cross_kv(main: Whisper, init_layers: list[int], encoder: torch.Tensor) -> l
 
 def _held_out_groups(held_out: list[Example], recording_of: list) -> tuple[dict, dict]:
     """The held-out examples by language, and the groups whose acceptance training reports: overall,
-    on joined recordings' full windows, and per language where several."""
+    on joined recordings' full windows, per task and per language where several."""
     by_language: dict[str, list[Example]] = {}
     for example in held_out:
         by_language.setdefault(example.language, []).append(example)
     by_language = dict(sorted(by_language.items()))
     groups = {"held_out_acceptance": held_out,
               "held_out_joined_acceptance": [e for e in held_out if len(recording_of[e.window].parts) > 1]}
+    tasks = sorted({e.task for e in held_out})
+    if len(tasks) > 1:
+        groups.update({f"held_out_{task}_acceptance": [e for e in held_out if e.task == task] for task in tasks})
     if len(by_language) > 1:
         groups.update({f"held_out_acceptance_{language}": group for language, group in by_language.items()})
     return by_language, groups
@@ -189,7 +192,7 @@ def distill(
     recordings = plan_recordings(jobs, held, options.join, options.seed, options.augment,
                                  held_out_fraction=options.held_out, shifts=options.shifts)
     windows = prepare_teacher_cache(main_pair, recordings, cache or default_cache(main), top_k=options.top_k,
-                                    seed=options.seed)
+                                    seed=options.seed, tasks=options.tasks)
     label_seconds = time.perf_counter() - started
     encoder, examples, languages = load_cache([file for file, _ in windows], options.top_k)
     recording_of = [recording for _, recording in windows]
@@ -232,6 +235,8 @@ def distill(
         "held_out_acceptance_by_language": {key.removeprefix("held_out_acceptance_"): value
                                             for key, value in (log[-1] if log else {}).items()
                                             if key.startswith("held_out_acceptance_")},
+        "held_out_acceptance_by_task": {task: (log[-1] if log else {}).get(f"held_out_{task}_acceptance")
+                                        for task in options.tasks} if len(options.tasks) > 1 else None,
         "held_out_draft_vocab_coverage": coverage(held_out),
         "held_out_draft_vocab_coverage_by_language": {
             language: coverage(group) for language, group in held_out_by_language.items()},
@@ -239,7 +244,7 @@ def distill(
         "torch": torch.__version__,
         "machine": f"{platform.machine()} ({os.cpu_count()} cores, {main_pair.device}), {torch.get_num_threads()} threads",
     }
-    save_assistant(student, main, output, {"draft_languages": draft_languages, "draft_tasks": list(DISTILLED_TASKS),
+    save_assistant(student, main, output, {"draft_languages": draft_languages, "draft_tasks": list(options.tasks),
                                            "training": summary})
     (output / "checkpoint.pt").unlink(missing_ok=True)
     return summary
