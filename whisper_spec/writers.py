@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from operator import attrgetter
 from pathlib import Path
 from typing import Callable
 
@@ -29,13 +30,21 @@ def to_json(transcript: Transcript) -> str:
     return json.dumps(transcript.as_dict(), ensure_ascii=False, indent=2) + "\n"
 
 
+_WORD_TEXT = attrgetter("word")  # a timing.Word's text
+
+
+def _line(words, text: Callable[[object], str]) -> str:
+    """The words' text as a line: each word's text carries its leading space."""
+    return "".join(text(w) for w in words).strip()
+
+
 def _wrap(words: list, text: Callable[[object], str], layout: SubtitleOptions) -> list[list]:
     """Words (each with its leading space) into lines of at most max_line_width characters and
     max_words_per_line words, filled in order; a word longer than the width gets a line of its own."""
     lines: list[list] = []
     for word in words:
         if lines:
-            joined = "".join(text(w) for w in (*lines[-1], word)).strip()
+            joined = _line((*lines[-1], word), text)
             if ((layout.max_line_width is None or len(joined) <= layout.max_line_width)
                     and (layout.max_words_per_line is None or len(lines[-1]) < layout.max_words_per_line)):
                 lines[-1].append(word)
@@ -54,15 +63,14 @@ def cues(transcript: Transcript, layout: SubtitleOptions = SubtitleOptions()) ->
     found = []
     for segment in transcript.segments:
         if layout.splits_segments and segment.words:
-            lines = _wrap(segment.words, lambda w: w.word, layout)
+            lines = _wrap(segment.words, _WORD_TEXT, layout)
             step = lines_a_cue or len(lines)
             for i in range(0, len(lines), step):
                 group = lines[i : i + step]
-                found.append((group[0][0].start, group[-1][-1].end,
-                              "\n".join("".join(w.word for w in line).strip() for line in group)))
+                found.append((group[0][0].start, group[-1][-1].end, "\n".join(_line(line, _WORD_TEXT) for line in group)))
         elif wraps:  # no word times: the whole segment, its text wrapped
             lines = _wrap([" " + word for word in segment.text.split()], str, layout)
-            found.append((segment.start, segment.end, "\n".join("".join(line).strip() for line in lines)))
+            found.append((segment.start, segment.end, "\n".join(_line(line, str) for line in lines)))
         else:
             found.append((segment.start, segment.end, segment.text))
     return [(start, max(end, start + TIME_PRECISION), text) for start, end, text in found]

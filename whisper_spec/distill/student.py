@@ -153,7 +153,7 @@ def model_card(config: dict) -> str:
         "|---|---:|---:|---:|\n" + "\n".join(
             f"| {language} | {(data.get('train_sequences_by_language') or {}).get(language, 0)} | "
             f"{rate(language, by_language)} | {rate(language, coverage)} |" for language in coverage) + "\n")
-    tasks = config.get("draft_tasks") or ["transcribe"]  # cards before draft_tasks: transcription only
+    tasks = config["draft_tasks"]
     by_task = training.get("held_out_acceptance_by_task") or {}
     by_task = "; held-out acceptance " + ", ".join(f"{task} {rate(task, by_task)}" for task in by_task) if by_task else ""
     is_head = config.get("kind") == HEAD_KIND
