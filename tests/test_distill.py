@@ -197,6 +197,8 @@ def test_distill_and_export_through_the_cli(clips, tmp_path, base_pair):
     assert config["architectures"] == ["WhisperForCausalLM"] and config["decoder_layers"] == 2
     exported = load_pair("base", tmp_path / "hf")
     assert exported.shares_encoder
+    for limit in ("draft_languages", "draft_tasks", "audio_frame_margin"):
+        assert getattr(exported.assistant, limit) == getattr(pair.assistant, limit), limit
     mel = mel_of([sorted(clips.glob("*.flac"))[0]])
     alone, _ = decode_windows(exported, mel, DecodingOptions(language="en", speculation="off"))
     drafted, _ = decode_windows(exported, mel, DecodingOptions(speculation="on", language="en", draft_tokens=4))

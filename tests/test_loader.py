@@ -51,6 +51,29 @@ def test_full_model_export_round_trips_through_our_loader_and_transformers(tmp_p
                        model.encoder.blocks[2].attn.qkv.bias[: model.dims.d_model])
 
 
+def test_an_exported_assistant_keeps_the_languages_and_tasks_it_drafts_for(tmp_path):
+    """An assistant distilled for some languages and tasks, exported, still leaves the others to the
+    main model alone; a full model's export carries no such limits, and transformers reads both."""
+    from dataclasses import replace
+
+    from transformers import WhisperConfig
+
+    from whisper_spec.load import load_model
+    from whisper_spec.pair import DRAFTING_CONFIG
+
+    main = load_pair("tiny.en", encoder_precision="float32").main
+    limited = replace(decoder_subset(main, [0, 2]), draft_languages=("en",), draft_tasks=("transcribe",),
+                      audio_frame_margin=50)
+    again = load_model(save_model(limited, tmp_path / "assistant"), with_encoder=False)
+    assert (again.draft_languages, again.draft_tasks, again.audio_frame_margin) == (("en",), ("transcribe",), 50)
+    assert not again.drafts_for("translate")
+    assert getattr(WhisperConfig.from_pretrained(tmp_path / "assistant"), DRAFTING_CONFIG)["draft_tasks"] == ["transcribe"]
+
+    full = load_model(save_model(main, tmp_path / "full"), encoder_precision="float32")
+    assert (full.draft_languages, full.draft_tasks, full.audio_frame_margin) == (None, None, None)
+    assert DRAFTING_CONFIG not in WhisperConfig.from_pretrained(tmp_path / "full").to_dict()
+
+
 @pytest.mark.slow
 def test_full_checkpoint_can_share_or_keep_its_encoder(base_pair):
     shared = load_pair("base", "base", assistant_encoder="shared")

@@ -16,7 +16,15 @@ from safetensors.torch import load_file
 from .checkpoint import save_safetensors, to_theirs
 from .load import load_model
 from .model import Decoder
-from .pair import ASSISTANT_CONFIG, Whisper, decoder_precision, encoder_precision, is_distilled_assistant, output_weight
+from .pair import (
+    ASSISTANT_CONFIG,
+    DRAFTING_CONFIG,
+    Whisper,
+    decoder_precision,
+    encoder_precision,
+    is_distilled_assistant,
+    output_weight,
+)
 from .quantize import BLOCK_LINEARS, INT8_FORMAT, Int8Embedding, quantize_decoder_state
 from .sources import QUANTIZATION_CONFIG
 
@@ -57,6 +65,11 @@ def save_model(model: Whisper, output_dir: str | Path, *, decoder_only: bool = F
     if decoder_only:
         config["architectures"] = ["WhisperForCausalLM"]
         config["is_encoder_decoder"] = False
+    drafting = {"draft_languages": model.draft_languages, "draft_tasks": model.draft_tasks,
+                "audio_frame_margin": model.audio_frame_margin}
+    config.pop(DRAFTING_CONFIG, None)
+    if any(value is not None for value in drafting.values()):
+        config[DRAFTING_CONFIG] = {k: list(v) if isinstance(v, tuple) else v for k, v in drafting.items()}
     (output_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     _copy_model_files(model.path, output_dir)
     return output_dir

@@ -28,6 +28,7 @@ from .options import DTYPES, ENCODER_PRECISIONS
 from .pair import (
     ASSISTANT_CONFIG,
     DISTILLED_FRAME_MARGIN,
+    DRAFTING_CONFIG,
     HEAD_KIND,
     IncompatiblePair,
     Whisper,
@@ -211,7 +212,12 @@ def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", 
         quantized = cached_int8(kind, sources, lambda: dynamic_int8_weights(encoder, decoder))
         quantize_dynamic_linears(encoder, decoder, quantized)
     heads = tuple((int(layer), int(head)) for layer, head in generation.get("alignment_heads") or ())
-    return Whisper(str(spec), path, dims, special, Tokenizer(vocabulary, special), decoder, encoder, alignment_heads=heads)
+    drafting = config.get(DRAFTING_CONFIG) or {}  # an exported distilled assistant's (export.save_model)
+    languages, tasks = drafting.get("draft_languages"), drafting.get("draft_tasks")
+    return Whisper(str(spec), path, dims, special, Tokenizer(vocabulary, special), decoder, encoder, alignment_heads=heads,
+                   draft_languages=tuple(languages) if languages is not None else None,
+                   draft_tasks=tuple(tasks) if tasks is not None else None,
+                   audio_frame_margin=drafting.get("audio_frame_margin"))
 
 
 @contextlib.contextmanager

@@ -129,6 +129,9 @@ def check_pair(main: Whisper, assistant: Whisper) -> None:
 
 
 ASSISTANT_CONFIG = "assistant.json"  # marks a distilled assistant directory (see distill/)
+# config.json's entry for an exported assistant's drafting limits (Whisper.draft_languages, draft_tasks,
+# audio_frame_margin), which transformers keeps as an unknown config attribute and ignores
+DRAFTING_CONFIG = "whisper_spec_drafting"
 ASSISTANT_FORMAT = "whisper-spec-assistant/1"
 HEAD_KIND = "head"  # assistant.json's "kind" of a draft head (model.DraftHead); others are decoders
 
