@@ -150,7 +150,7 @@ def _special_tokens(model: str):
 def cmd_transcribe(args) -> int:
     from whisper_spec.jobs import AudioProgress, jobs_of_files
     from whisper_spec.pipeline import Failure, transcribe
-    from whisper_spec.writers import check_output_dir, render, write_outputs
+    from whisper_spec.writers import check_output_dir, render, segment_line, write_outputs
 
     formats = _formats(args)
     if args.output_dir is not None:
@@ -161,8 +161,13 @@ def cmd_transcribe(args) -> int:
     progress = AudioProgress([job.path for job in jobs], enabled=not args.quiet, prog=PROG)
     names = {str(job.path): job.name for job in jobs}
     several = len(jobs) > 1 or len(formats) > 1
+
+    def show(path: str, segments) -> None:
+        for segment in segments:
+            progress.write(f"{path}: {segment_line(segment)}" if len(jobs) > 1 else segment_line(segment))
+
     results = transcribe(pair, [job.path for job in jobs], options, batch_size=args.batch_size, chunking=chunking,
-                         on_window=progress.advance)
+                         on_window=progress.advance, on_segments=show if args.verbose else None)
     try:
         for result in results:
             if isinstance(result, Failure):

@@ -190,7 +190,12 @@ def _add_output_options(parser: argparse.ArgumentParser, output_dir_required: bo
     out.add_argument("--max-line-count", type=positive_int, default=None, metavar="N",
                      help="srt and vtt cues of at most N lines, timed by their words (implies --word-timestamps; "
                           "default: a segment's lines in one cue)")
-    out.add_argument("--quiet", "-q", action="store_true", help="no progress bar or notes")
+    talk = out.add_mutually_exclusive_group()
+    talk.add_argument("--quiet", "-q", action="store_true", help="no progress bar or notes")
+    if not output_dir_required:  # a batch job's files are its record
+        talk.add_argument("--verbose", "-v", action="store_true",
+                          help="each segment on stderr as it is decoded, '[start --> end] text' (a long file's "
+                               "text while the rest decodes)")
 
 
 class _Parser(argparse.ArgumentParser):

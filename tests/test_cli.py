@@ -1,6 +1,7 @@
 """`whisper-spec transcribe` end to end on real files, including bad input."""
 
 import json
+import re
 
 import jiwer
 import librosa
@@ -38,6 +39,26 @@ def test_bad_files_fail_alone_and_good_ones_finish(capsys, tmp_path):
     assert str(corrupt) in lines[2] and "cannot decode audio" in lines[2]
     assert f"{folder}: is a folder, not an audio file (whisper-spec batch transcribes folders)" in lines[3]
     assert "Quilter" in (tmp_path / "out" / f"{QUILTER.stem}.txt").read_text()
+
+
+@pytest.mark.slow
+def test_verbose_prints_each_segment_as_the_transcript_has_it(capsys):
+    """--verbose: a line a segment on stderr, '[start --> end] text', making up the printed transcript."""
+    talk = speech("longform/bill_gates-TED-next-epidemic-excerpt.flac")
+    code = main(["transcribe", str(talk), "--model", "tiny.en", "--verbose"])
+    out = capsys.readouterr()
+    assert code == 0
+    lines = [line for line in out.err.splitlines() if line.startswith("[")]
+    assert len(lines) >= 5
+    times = [re.match(r"\[(\d\d):(\d\d):(\d\d\.\d{3}) --> (\d\d):(\d\d):(\d\d\.\d{3})\] \S", line) for line in lines]
+    assert all(times), lines
+    seconds = [(3600 * int(m[1]) + 60 * int(m[2]) + float(m[3]), 3600 * int(m[4]) + 60 * int(m[5]) + float(m[6]))
+               for m in times]
+    assert all(a <= b <= c for (a, b), (c, _) in zip(seconds, seconds[1:])) and seconds[-1][1] > 50
+    assert " ".join(line.split("] ", 1)[1] for line in lines) == out.out.strip()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["transcribe", str(talk), "--quiet", "--verbose"])
+    assert exit_info.value.code == 2 and "not allowed with" in capsys.readouterr().err
 
 
 @pytest.mark.slow

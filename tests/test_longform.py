@@ -220,7 +220,19 @@ def test_speculative_long_form_equals_main_only(long_pair, batch_size, mode):
     paths = [speech(p) for p in LONG]
     options = DecodingOptions(speculation="on", timestamps=True, draft_tokens=4)
     main_only = list(transcribe(long_pair, paths, main_alone(options), batch_size=batch_size, chunking=MODES[mode]))
-    speculative = list(transcribe(long_pair, paths, options, batch_size=batch_size, chunking=MODES[mode]))
+    events = []  # in the order they happen: windows finished, segments handed on, transcripts yielded
+    speculative = []
+    for result in transcribe(long_pair, paths, options, batch_size=batch_size, chunking=MODES[mode],
+                             on_window=lambda seconds: events.append(("window", None, None)),
+                             on_segments=lambda path, segments: events.append(("segments", path, segments))):
+        events.append(("transcript", result.path, None))
+        speculative.append(result)
+    for result in speculative:  # each file's segments handed on as they are final: the transcript's own, in order
+        mine = [i for i, (kind, path, _) in enumerate(events) if path == result.path]
+        assert [s for i in mine[:-1] for s in events[i][2]] == result.segments
+        assert all(x is y for x, y in zip((s for i in mine[:-1] for s in events[i][2]), result.segments))
+        assert events[mine[-1]][0] == "transcript"
+        assert any(kind == "window" for kind, _, _ in events[mine[0]:mine[-1]])  # before its last window finished
     for a, b in zip(main_only, speculative):
         assert a.text == b.text and a.text
         assert [(s.start, s.end, s.text) for s in a.segments] == [(s.start, s.end, s.text) for s in b.segments]

@@ -93,6 +93,7 @@ class _Window:
     kept: float | None = None  # seconds of its audio its text is kept for; None: all (_resume_at)
     # where kept stops at the start of a last segment the window's end cut off: the end of the segment before it
     closed_end: float | None = None
+    segments: list[Segment] | None = None  # as the file's transcript keeps them, on its timeline, once decoded
 
 
 @dataclass
@@ -105,6 +106,7 @@ class _File:
     speech: list[tuple[int, int]] | None  # samples the voice activity detector found (padded), where it ran
     voiced: list[tuple[int, int]] = field(default_factory=list)  # the same, unpadded
     counted: int = 0  # samples reported to on_window, of a file decoded window after window
+    announced: int = 0  # windows whose segments went to on_segments
 
     @property
     def duration(self) -> float:
@@ -121,6 +123,7 @@ def transcribe(
     languages: dict[str, str] | None = None,
     prompts: dict[str, str] | None = None,
     on_window=None,
+    on_segments=None,
     load=load_audio,
 ) -> Iterator[Transcript | Failure]:
     """Transcribe files in order, batching windows across files; yields one result per file.
@@ -132,10 +135,13 @@ def transcribe(
     without them Whisper tends to stop early in a long window, and segments need times.
     on_window(seconds) is called as windows finish, with the seconds of the file's audio each one
     adds (a pause counted with the window after it), so they add up to the file's duration.
+    on_segments(path, segments) is called with a file's segments as they become final, in order
+    (those of a window once every earlier window of the file is decoded): a long file's text as it
+    is decoded, the same Segment objects its Transcript holds.
     load(path): the file's 16 kHz samples, raising AudioError (audio decoded elsewhere, as on Ray).
     """
     job = _Job(pair, [str(p) for p in paths], options, batch_size, chunking, dict(languages or {}), dict(prompts or {}),
-               on_window)
+               on_window, on_segments)
     for index, path in enumerate(job.paths):
         try:
             audio = load(path)
@@ -160,9 +166,10 @@ class _Job:
     one prompt), files being decoded, and finished results held until every earlier file's has been yielded."""
 
     def __init__(self, pair: WhisperPair, paths: list[str], options: DecodingOptions, batch_size: int,
-                 chunking: ChunkingOptions, languages: dict[str, str], prompts: dict[str, str], on_window):
+                 chunking: ChunkingOptions, languages: dict[str, str], prompts: dict[str, str], on_window, on_segments):
         self.pair, self.paths, self.options, self.batch_size = pair, paths, options, batch_size
-        self.chunking, self.languages, self.prompts, self.on_window = chunking, languages, prompts, on_window
+        self.chunking, self.languages, self.prompts = chunking, languages, prompts
+        self.on_window, self.on_segments = on_window, on_segments
         self.chunk = int(chunking.chunk_length * SAMPLE_RATE)
         self.pending: dict[_Kind, list[_Window]] = {}
         self.files: dict[int, _File] = {}
@@ -183,8 +190,7 @@ class _Job:
         if not file.windows:  # no speech at all
             if self.on_window is not None:
                 self.on_window(file.duration)
-            self.done[index] = _assemble(pair, self.files.pop(index), kind.timestamps,
-                                         options.compression_ratio_threshold, options.word_timestamps)
+            self.done[index] = _assemble(pair, self.files.pop(index))
         for window in list(file.windows):
             self.queue(window, kind)
         return kind
@@ -241,8 +247,11 @@ class _Job:
                 length = window.start + skipped[1] - start
             following = [_window_at(file, window.file, start, length)] if start < len(file.audio) else []
             window.new_seconds, file.counted = (start - file.counted) / SAMPLE_RATE, start
+        window.segments = _kept_segments(self.pair, window, file, timestamps, self.options.compression_ratio_threshold,
+                                         self.options.word_timestamps)
         if self.on_window is not None:
             self.on_window(window.new_seconds)
+        self.announce(file)
         if following:
             at = file.windows.index(window) + 1
             file.windows[at:at] = following
@@ -250,8 +259,16 @@ class _Job:
             for next_window in following:
                 self.queue(next_window, kind)
         elif all(w.result is not None for w in file.windows):
-            self.done[window.file] = _assemble(self.pair, self.files.pop(window.file), timestamps,
-                                               self.options.compression_ratio_threshold, self.options.word_timestamps)
+            self.done[window.file] = _assemble(self.pair, self.files.pop(window.file))
+
+    def announce(self, file: _File) -> None:
+        """Hand on_segments the segments of the file's decoded windows that no undecoded one precedes
+        (the windows a decoded one leads to are placed right after it, never before)."""
+        while file.announced < len(file.windows) and file.windows[file.announced].segments is not None:
+            segments = file.windows[file.announced].segments
+            file.announced += 1
+            if segments and self.on_segments is not None:
+                self.on_segments(file.path, segments)
 
     def ready(self) -> Iterator[Transcript | Failure]:
         """The finished results that are next in order."""
@@ -398,27 +415,27 @@ def _skipped(pair: WhisperPair, window: _Window, file: _File) -> tuple[int, int]
     return skipped_stretch(segments, file.voiced, window.start, len(window.audio))
 
 
-def _assemble(pair: WhisperPair, file: _File, timestamps: bool, loop_ratio: float | None,
-              keep_words: bool) -> Transcript:
-    """A file's windows' segments, in order, on the file's timeline."""
-    tokenizer = pair.main.tokenizer
-    segments = []
-    for window in file.windows:
-        result = window.result
-        kept = [] if result.no_speech else _window_segments(pair, window, timestamps)
-        if not keep_words:  # timed only to find where the text ends (_sparse)
-            for segment in kept:
-                segment.words = []
-        if loop_ratio is not None and result.compression_ratio > loop_ratio:
-            kept = once_each(kept)
-        offset = window.start / SAMPLE_RATE
+def _kept_segments(pair: WhisperPair, window: _Window, file: _File, timestamps: bool, loop_ratio: float | None,
+                   keep_words: bool) -> list[Segment]:
+    """A decoded window's segments as its file's transcript keeps them, on the file's timeline."""
+    kept = [] if window.result.no_speech else _window_segments(pair, window, timestamps)
+    if not keep_words:  # timed only to find where the text ends (_sparse)
         for segment in kept:
-            segment.start, segment.end = offset + segment.start, offset + segment.end
-            for word in segment.words:
-                word.start, word.end = offset + word.start, offset + word.end
-        segments += kept
-    if file.speech is not None:
-        segments = keep_to_speech(segments, file.speech)
+            segment.words = []
+    if loop_ratio is not None and window.result.compression_ratio > loop_ratio:
+        kept = once_each(kept)
+    offset = window.start / SAMPLE_RATE
+    for segment in kept:
+        segment.start, segment.end = offset + segment.start, offset + segment.end
+        for word in segment.words:
+            word.start, word.end = offset + word.start, offset + word.end
+    return kept if file.speech is None else keep_to_speech(kept, file.speech)
+
+
+def _assemble(pair: WhisperPair, file: _File) -> Transcript:
+    """A file's windows' kept segments, in order, as one transcript."""
+    tokenizer = pair.main.tokenizer
+    segments = [segment for window in file.windows for segment in window.segments]
     full_text = tokenizer.decode([t for s in segments for t in s.tokens]).strip()
     languages = Counter(w.result.language for w in file.windows if w.result.language)
     stats = DecodingStats(audio_seconds=sum(len(w.audio) for w in file.windows) / SAMPLE_RATE)

@@ -11,6 +11,7 @@ from typing import Callable
 
 from .options import SubtitleOptions
 from .pipeline import Transcript
+from .segments import Segment
 from .tokenizer import TIME_PRECISION
 
 
@@ -20,6 +21,11 @@ def _timestamp(seconds: float, decimal: str) -> str:
     minutes, millis = divmod(millis, 60_000)
     secs, millis = divmod(millis, 1000)
     return f"{hours:02d}:{minutes:02d}:{secs:02d}{decimal}{millis:03d}"
+
+
+def segment_line(segment: Segment) -> str:
+    """A segment as one line, '[00:01:02.500 --> 00:01:05.000] text', as Whisper prints them while it decodes."""
+    return f"[{_timestamp(segment.start, '.')} --> {_timestamp(segment.end, '.')}] {segment.text.strip()}"
 
 
 def to_txt(transcript: Transcript) -> str:
