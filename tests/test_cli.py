@@ -107,6 +107,9 @@ def test_json_srt_vtt_tsv_outputs(capsys, tmp_path):
     assert stats["drafted_tokens"] > 0 and stats["acceptance"] == 1.0
     assert stats["encoder_seconds"] > 0 and stats["decoding_seconds"] > 0 and stats["main_forwards"] > 0
     assert all(s["words"] for s in result["segments"])  # cutting cues takes word times
+    for segment in result["segments"]:  # its window's decoding, as openai-whisper reports it: clear speech, first pass
+        assert segment["temperature"] == 0.0 and -1.0 < segment["avg_logprob"] < 0.0
+        assert 0.5 < segment["compression_ratio"] < 2.4 and 0.0 <= segment["no_speech_prob"] < 0.6
     srt = (tmp_path / f"{QUILTER.stem}.srt").read_text()
     assert srt.startswith("1\n00:00:0") and " --> " in srt and "Quilter" in srt
     lines = [line for cue in srt.strip().split("\n\n") for line in cue.split("\n")[2:]]

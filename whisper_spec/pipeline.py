@@ -56,14 +56,21 @@ class Transcript:
     stats: DecodingStats = field(default_factory=DecodingStats)
 
     def as_dict(self) -> dict:
-        """Times in seconds to the millisecond (a timestamp token is 20 ms)."""
+        """Times in seconds to the millisecond (a timestamp token is 20 ms); a segment's window's
+        decoding figures where they were computed."""
+        def segment(s: Segment) -> dict:
+            scores = {"temperature": s.temperature, "avg_logprob": s.avg_logprob,
+                      "compression_ratio": s.compression_ratio, "no_speech_prob": s.no_speech_prob}
+            return ({"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text}
+                    | {name: round(value, 4) for name, value in scores.items() if value is not None}
+                    | ({"words": [w.as_dict() for w in s.words]} if s.words else {}))
+
         return {
             "path": self.path,
             "text": self.text,
             "language": self.language,
             "duration": round(self.duration, 3),
-            "segments": [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text}
-                         | ({"words": [w.as_dict() for w in s.words]} if s.words else {}) for s in self.segments],
+            "segments": [segment(s) for s in self.segments],
             "stats": self.stats.as_dict(),
         }
 
@@ -424,9 +431,11 @@ def _kept_segments(pair: WhisperPair, window: _Window, file: _File, timestamps: 
             segment.words = []
     if loop_ratio is not None and window.result.compression_ratio > loop_ratio:
         kept = once_each(kept)
-    offset = window.start / SAMPLE_RATE
+    offset, result = window.start / SAMPLE_RATE, window.result
     for segment in kept:
         segment.start, segment.end = offset + segment.start, offset + segment.end
+        segment.temperature, segment.avg_logprob = result.temperature, result.avg_logprob
+        segment.compression_ratio, segment.no_speech_prob = result.compression_ratio, result.no_speech_prob
         for word in segment.words:
             word.start, word.end = offset + word.start, offset + word.end
     return kept if file.speech is None else keep_to_speech(kept, file.speech)

@@ -34,6 +34,11 @@ class Segment:
     text: str
     tokens: list[int]  # text tokens, timestamps excluded
     words: list[Word] = field(default_factory=list)  # with word timestamps: its words, tokens in order
+    # the decoding of the window it comes from, as openai-whisper reports it (results.WindowResult); None: not computed
+    temperature: float | None = None
+    avg_logprob: float | None = None
+    compression_ratio: float | None = None
+    no_speech_prob: float | None = None
 
 
 def window_segments(tokens: list[int], tokenizer: Tokenizer, duration: float, timestamps: bool,
