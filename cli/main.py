@@ -116,8 +116,11 @@ def _setup(args, formats: list[str], load: bool = True):
     note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
     layout = _options(SubtitleOptions, max_words_per_line=args.max_words_per_line, max_line_width=args.max_line_width,
                       max_line_count=args.max_line_count)
+    # --language de,fr,en: detect among these
+    named = [language.strip() for language in (args.language or "").split(",") if language.strip()]
+    language, candidates = (named[0], None) if len(named) == 1 else (None, tuple(named) or None)
     options = _options(
-        DecodingOptions, task=args.task, language=args.language, temperature=_temperatures(args), timestamps=timestamps,
+        DecodingOptions, task=args.task, language=language, temperature=_temperatures(args), timestamps=timestamps,
         draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, adaptive_draft=args.adaptive_draft,
         speculation=args.speculation, seed=args.seed, prompt=args.initial_prompt, cuda_graphs=args.cuda_graphs,
         compile=args.compile, word_timestamps=args.word_timestamps or layout.splits_segments,
@@ -133,7 +136,8 @@ def _setup(args, formats: list[str], load: bool = True):
     pair = load_from_args(args, note) if load else None
     try:
         special = pair.main.special if pair is not None else _special_tokens(args.model)
-        options = replace(options, language=special.language_code(args.language))
+        candidates = tuple(special.language_code(candidate) for candidate in candidates) if candidates else None
+        options = replace(options, language=special.language_code(language), language_candidates=candidates)
     except ValueError as error:
         raise ValueError(f"--language: {error}") from None
     return options, chunking, layout, pair, note

@@ -115,7 +115,9 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("decoding")
-    group.add_argument("--language", "-l", default=None, help="language code such as en, de, nl (default: detect)")
+    group.add_argument("--language", "-l", default=None,
+                       help="language code or name such as en, de, German; or a comma-separated list to detect "
+                            "among, such as en,de,fr (default: detect among all)")
     group.add_argument("--task", choices=TASKS, default=DecodingOptions.task)
     group.add_argument("--temperature", type=_temperatures, default=f"{DecodingOptions.temperature[0]:g}", metavar="T[,T...]",
                        help="the temperature every window is decoded at (0: greedy), or the comma-separated "

@@ -171,6 +171,7 @@ def test_batch_errors_and_notes_carry_the_tool_name(capsys, tmp_path):
     (["--assistant", "my-assistant/"], "my-assistant/: no such directory"),
     (["-m", "./mymodels/whisper-small"], "./mymodels/whisper-small: no such directory"),
     (["--language", "Klingon"], "--language: unknown language 'Klingon'"),
+    (["--language", "en,Klingon"], "--language: unknown language 'Klingon'"),
     (["--device", "cuda:1"] if not torch.cuda.is_available() else ["--device", f"cuda:{torch.cuda.device_count()}"],
      "device cuda:"),
     (["https://example.com/talk.mp3"], "https://example.com/talk.mp3: a URL; whisper-spec reads local files"),
@@ -187,6 +188,38 @@ def test_language_names_are_taken_like_codes(capsys):
     by_code = run(capsys, "transcribe", german, "-l", "de", "-f", "json", "-q")
     assert by_name[0] == 0 and json.loads(by_name[1])["language"] == "de"
     assert json.loads(by_name[1])["text"] == json.loads(by_code[1])["text"]
+
+
+@pytest.mark.slow
+def test_a_language_list_is_what_detection_picks_from(capsys):
+    """Two short English clips that base can hear as another language (Latin and Russian on an AMD
+    EPYC, benchmarks/results/language_detection_epyc_cpu.json): among the languages a job names they
+    are English, and their text is what English given outright gives."""
+    clips = [speech("librispeech/test-other/2033-164914-0001.flac"), speech("librispeech/test-other/2414-128291-0008.flac")]
+    for clip in clips:
+        code, among, _ = run(capsys, "transcribe", clip, "-l", "de,English,es,fr,pt", "-f", "json", "-q")
+        assert code == 0
+        _, given, _ = run(capsys, "transcribe", clip, "-l", "en", "-f", "json", "-q")
+        assert json.loads(among)["language"] == "en"
+        assert json.loads(among)["text"] == json.loads(given)["text"]
+
+
+def test_detection_among_candidates_picks_the_likeliest_of_them():
+    from conftest import RANDOM_SPECIAL, random_model
+
+    from whisper_spec.encoding import detect_language
+    from whisper_spec.options import DecodingOptions
+
+    model = random_model(0)
+    logits = torch.randn(64, model.dims.n_vocab, generator=torch.Generator().manual_seed(0))
+    ids = RANDOM_SPECIAL.lang_to_id
+    for candidates in (None, ("de", "fr"), ("German", "nl"), ("en",)):
+        codes = list(ids) if candidates is None else [RANDOM_SPECIAL.language_code(c) for c in candidates]
+        expected = [codes[int(row[[ids[c] for c in codes]].argmax())] for row in logits]
+        assert detect_language(model, logits, candidates) == expected
+    assert set(detect_language(model, logits)) == set(ids)  # the lists above do restrict it
+    with pytest.raises(ValueError, match="language_candidates"):
+        DecodingOptions(language_candidates="de")
 
 
 @pytest.mark.slow

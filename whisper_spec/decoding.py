@@ -141,7 +141,8 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
     if main.special.multilingual and any(language is None for language in languages):
         after_sot = sot_logits(main, caches.main)
         stats.main_forwards += 1
-        languages = [language or found for language, found in zip(languages, detect_language(main, after_sot))]
+        found = detect_language(main, after_sot, options.language_candidates)
+        languages = [language or detected for language, detected in zip(languages, found)]
     if not main.special.multilingual:
         languages = ["en"] * batch
     context = _context(pair.platform, main, assistant, options, temperature, seeds, floors, languages, n_ctx,

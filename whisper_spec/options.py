@@ -33,6 +33,9 @@ def temperature_schedule(start: float = 0.0, increment: float | None = TEMPERATU
 class DecodingOptions:
     task: str = "transcribe"  # or "translate"
     language: str | None = None  # None: detected per row
+    # where a row's language is detected: among these only (codes or names), for a job whose languages are
+    # known, where a short or unclear clip can pass for another; None: among all the model knows
+    language_candidates: tuple[str, ...] | None = None
     # the first temperature decodes every window (0: greedy, the speed path); a window whose text
     # fails the thresholds below is decoded again at the next one (openai-whisper's fallback). Sampling
     # draws one uniform number per (seed, window, position), so both modes keep the same tokens
@@ -86,6 +89,10 @@ class DecodingOptions:
             raise ValueError(f"draft_tokens must be at most {self.max_draft_tokens} with adaptive_draft")
         if self.speculation not in ("on", "off", "auto"):
             raise ValueError(f"speculation must be on, off or auto, not {self.speculation!r}")
+        if self.language_candidates is not None:
+            if isinstance(self.language_candidates, str) or not self.language_candidates:
+                raise ValueError(f"language_candidates must be a tuple of languages, not {self.language_candidates!r}")
+            object.__setattr__(self, "language_candidates", tuple(self.language_candidates))
         if isinstance(self.prompt, str):
             object.__setattr__(self, "prompt", self.prompt.strip() or None)
         elif self.prompt is not None:

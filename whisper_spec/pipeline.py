@@ -192,7 +192,8 @@ class _Job:
             self.languages[path] = language
         elif file.long and pair.main.special.multilingual and sound:
             # one language for the whole file, as Whisper does: windows decoded apart could disagree
-            self.languages[path] = detect_languages(pair, pair_features(pair, [sound[0].audio])[0])[0]
+            mel = pair_features(pair, [sound[0].audio])[0]
+            self.languages[path] = detect_languages(pair, mel, options.language_candidates)[0]
         kind = _Kind(options.timestamps or file.long, self.prompts.get(path, options.prompt))
         if not file.windows:  # no speech at all
             if self.on_window is not None:
