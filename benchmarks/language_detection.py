@@ -50,7 +50,7 @@ def main() -> int:
         batch = rows[start: start + args.batch_size]
         mel = pair_features(pair, [load_audio(SPEECH / row["path"])[:WINDOW] for row in batch])[0]
         for way, candidates in ways.items():
-            detected[way] += detect_languages(pair, mel, candidates)
+            detected[way] += detect_languages(pair, mel, candidates)[0]
     report = {"machine": machine_info(pair.device), "model": args.model, "sets": {}, "summary": {}}
     for name in sorted({row["set"] for row in rows}):
         entry = {}

@@ -237,6 +237,7 @@ def test_speculative_long_form_equals_main_only(long_pair, batch_size, mode):
         assert a.text == b.text and a.text
         # segments with their times and their windows' figures (avg_logprob among them): the same JSON
         assert a.as_dict()["segments"] == b.as_dict()["segments"]
+        assert a.language == b.language == "en" and a.language_probability == b.language_probability > 0.5
         assert all(s.avg_logprob is not None and s.no_speech_prob is not None for s in b.segments)
         assert b.stats.windows >= 3 and 0 < b.stats.acceptance < 1
         assert b.segments[-1].end <= b.duration + 1e-6

@@ -40,9 +40,16 @@ def test_base_matches_transformers_generate(base_pair, hf_base, timestamps):
     # batch of all languages at once: rows detect their own language
     ours, _ = decode_windows(base_pair, mel, DecodingOptions(timestamps=timestamps, temperature=0.0, speculation="off"))
     detected = hf_base.detect_language(input_features=mel).flatten().tolist()
+    special = base_pair.main.special
+    language_ids = list(special.lang_to_id.values())
+    sot = torch.full((mel.shape[0], 1), special.sot)
+    with torch.no_grad():  # the probability of the detected language among all language tokens after SOT
+        after_sot = hf_base(input_features=mel, decoder_input_ids=sot).logits[:, -1, language_ids].softmax(dim=-1)
     for row, (language, result) in enumerate(zip(CLIPS, ours)):
         assert result.language == language
-        assert base_pair.main.special.lang_to_id[result.language] == detected[row]
+        assert special.lang_to_id[result.language] == detected[row]
+        expected_probability = float(after_sot[row, language_ids.index(special.lang_to_id[language])])
+        assert result.language_probability == pytest.approx(expected_probability, abs=1e-4)
         # transformers 5.23 repeats tokens when it detects the language itself: pass it explicitly
         expected = reference_tokens(hf_base, mel[row : row + 1], language=language, return_timestamps=timestamps)
         assert result.tokens == expected, f"{language}: tokens differ from transformers generate"

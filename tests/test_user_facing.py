@@ -200,8 +200,9 @@ def test_a_language_list_is_what_detection_picks_from(capsys):
         code, among, _ = run(capsys, "transcribe", clip, "-l", "de,English,es,fr,pt", "-f", "json", "-q")
         assert code == 0
         _, given, _ = run(capsys, "transcribe", clip, "-l", "en", "-f", "json", "-q")
-        assert json.loads(among)["language"] == "en"
+        assert json.loads(among)["language"] == "en" and 0.2 < json.loads(among)["language_probability"] <= 1.0
         assert json.loads(among)["text"] == json.loads(given)["text"]
+        assert "language_probability" not in json.loads(given)  # given, not detected
 
 
 def test_detection_among_candidates_picks_the_likeliest_of_them():
@@ -215,9 +216,11 @@ def test_detection_among_candidates_picks_the_likeliest_of_them():
     ids = RANDOM_SPECIAL.lang_to_id
     for candidates in (None, ("de", "fr"), ("German", "nl"), ("en",)):
         codes = list(ids) if candidates is None else [RANDOM_SPECIAL.language_code(c) for c in candidates]
-        expected = [codes[int(row[[ids[c] for c in codes]].argmax())] for row in logits]
-        assert detect_language(model, logits, candidates) == expected
-    assert set(detect_language(model, logits)) == set(ids)  # the lists above do restrict it
+        among = logits[:, [ids[c] for c in codes]].softmax(dim=-1)
+        found, probabilities = detect_language(model, logits, candidates)
+        assert found == [codes[int(row.argmax())] for row in among]
+        assert probabilities == pytest.approx(among.max(dim=-1).values.tolist())  # among the candidates
+    assert set(detect_language(model, logits)[0]) == set(ids)  # the lists above do restrict it
     with pytest.raises(ValueError, match="language_candidates"):
         DecodingOptions(language_candidates="de")
 

@@ -137,12 +137,13 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
     previous = previous_tokens(main, options.prompt)
     synchronize(device)
     start_time = time.perf_counter()
-    after_sot = None
+    after_sot, detected = None, [None] * batch
     if main.special.multilingual and any(language is None for language in languages):
         after_sot = sot_logits(main, caches.main)
         stats.main_forwards += 1
-        found = detect_language(main, after_sot, options.language_candidates)
-        languages = [language or detected for language, detected in zip(languages, found)]
+        found, probabilities = detect_language(main, after_sot, options.language_candidates)
+        detected = [p if language is None else None for language, p in zip(languages, probabilities)]
+        languages = [language or code for language, code in zip(languages, found)]
     if not main.special.multilingual:
         languages = ["en"] * batch
     context = _context(pair.platform, main, assistant, options, temperature, seeds, floors, languages, n_ctx,
@@ -153,7 +154,7 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
     (speculative_decode if context.fixed_width is None else fixed_shape_decode)(context, state, stats)
     synchronize(device)
     stats.decoding_seconds += time.perf_counter() - start_time
-    return _results(state, context, languages, stats)
+    return _results(state, context, languages, detected, stats)
 
 
 def previous_tokens(model: Whisper, prompt: str | tuple[int, ...] | None) -> tuple[int, ...]:
@@ -203,7 +204,8 @@ def _context(platform, main, assistant, options, temperature, seeds, floors, lan
                     previous=previous)
 
 
-def _results(state: State, context: Context, languages: list[str], stats: DecodingStats) -> list[WindowResult]:
+def _results(state: State, context: Context, languages: list[str], language_probabilities: list[float | None],
+             stats: DecodingStats) -> list[WindowResult]:
     """Each row's tokens, counts and no-speech verdict; the batch's times are shared equally by its rows."""
     batch, eot, start, options = len(languages), context.main.special.eot, context.prompt_length, context.options
     results = []
@@ -211,10 +213,10 @@ def _results(state: State, context: Context, languages: list[str], stats: Decodi
     positions = torch.arange(state.logprobs.shape[1], device=state.logprobs.device)
     logprob_sums = torch.where(positions < state.length[:, None], state.logprobs, 0.0).sum(dim=1)
     rows = zip(state.tokens[:, start:].tolist(), state.length.tolist(), state.counts.tolist(),
-               state.by_position.transpose(0, 1).tolist(), state.hit_max.tolist(), languages, no_speech,
-               logprob_sums.tolist())
+               state.by_position.transpose(0, 1).tolist(), state.hit_max.tolist(), languages, language_probabilities,
+               no_speech, logprob_sums.tolist())
     for (row_tokens, length, (drafted, accepted, generated, forwards, drafts), by_position, hit_max, language,
-         no_speech_prob, logprob_sum) in rows:
+         language_probability, no_speech_prob, logprob_sum) in rows:
         row_tokens = row_tokens[: length - start]
         if row_tokens and row_tokens[-1] == eot:
             row_tokens = row_tokens[:-1]
@@ -235,7 +237,7 @@ def _results(state: State, context: Context, languages: list[str], stats: Decodi
             drafted_by_position=by_position[0], accepted_by_position=by_position[1],
         )
         results.append(WindowResult(row_tokens, language, hit_max, row_stats, silent, no_speech_prob, avg_logprob, ratio,
-                                    context.temperature))
+                                    context.temperature, language_probability))
         stats.add(replace(row_stats, windows=0, main_forwards=0, assistant_forwards=0,
                           encoder_seconds=0.0, decoding_seconds=0.0, draft_seconds=0.0, verify_seconds=0.0))
     return results

@@ -47,20 +47,22 @@ def sot_logits(model: Whisper, caches: DecoderCaches) -> Tensor:
     return model.decoder(sot, torch.zeros_like(sot), caches, n_logits=1)[:, 0]
 
 
-def detect_language(model: Whisper, logits: Tensor, candidates: tuple[str, ...] | None = None) -> list[str]:
-    """The most likely language token in sot_logits, per row; among candidates only (codes or names)
-    where given (DecodingOptions.language_candidates)."""
+def detect_language(model: Whisper, logits: Tensor, candidates: tuple[str, ...] | None = None
+                    ) -> tuple[list[str], list[float]]:
+    """The most likely language token in sot_logits per row, and its probability among the language
+    tokens; among candidates only (codes or names) where given (DecodingOptions.language_candidates)."""
     special = model.special
-    codes = special.lang_to_id if candidates is None else [special.language_code(c) for c in candidates]
+    codes = list(special.lang_to_id) if candidates is None else [special.language_code(c) for c in candidates]
     language_ids = torch.tensor([special.lang_to_id[code] for code in codes], device=logits.device)
-    best = language_ids[logits[:, language_ids].argmax(dim=-1)]
-    return [special.id_to_lang[int(i)] for i in best]
+    probabilities, best = torch.softmax(logits[:, language_ids].float(), dim=-1).max(dim=-1)
+    return [codes[int(i)] for i in best], probabilities.tolist()
 
 
 @torch.inference_mode()
-def detect_languages(pair: WhisperPair, mel: Tensor, candidates: tuple[str, ...] | None = None) -> list[str]:
-    """The language of each window, from the main model alone (encoder and one decoder step); among
-    candidates only where given."""
+def detect_languages(pair: WhisperPair, mel: Tensor, candidates: tuple[str, ...] | None = None
+                     ) -> tuple[list[str], list[float]]:
+    """The language of each window and its probability (detect_language), from the main model alone
+    (encoder and one decoder step); among candidates only where given."""
     decoder = pair.main.decoder
     caches = DecoderCaches(decoder.cross_states(encoder_states(pair.main, mel)), decoder.new_caches(mel.shape[0], 1))
     return detect_language(pair.main, sot_logits(pair.main, caches), candidates)

@@ -54,6 +54,7 @@ class Transcript:
     duration: float  # seconds of audio
     segments: list[Segment]
     stats: DecodingStats = field(default_factory=DecodingStats)
+    language_probability: float | None = None  # where the language was detected: its probability (detect_language)
 
     def as_dict(self) -> dict:
         """Times in seconds to the millisecond (a timestamp token is 20 ms); a segment's window's
@@ -69,6 +70,7 @@ class Transcript:
             "path": self.path,
             "text": self.text,
             "language": self.language,
+            **({"language_probability": round(self.language_probability, 4)} if self.language_probability is not None else {}),
             "duration": round(self.duration, 3),
             "segments": [segment(s) for s in self.segments],
             "stats": self.stats.as_dict(),
@@ -114,6 +116,7 @@ class _File:
     voiced: list[tuple[int, int]] = field(default_factory=list)  # the same, unpadded
     counted: int = 0  # samples reported to on_window, of a file decoded window after window
     announced: int = 0  # windows whose segments went to on_segments
+    language_probability: float | None = None  # where its language was detected once for the whole file
 
     @property
     def duration(self) -> float:
@@ -193,7 +196,8 @@ class _Job:
         elif file.long and pair.main.special.multilingual and sound:
             # one language for the whole file, as Whisper does: windows decoded apart could disagree
             mel = pair_features(pair, [sound[0].audio])[0]
-            self.languages[path] = detect_languages(pair, mel, options.language_candidates)[0]
+            codes, probabilities = detect_languages(pair, mel, options.language_candidates)
+            self.languages[path], file.language_probability = codes[0], probabilities[0]
         kind = _Kind(options.timestamps or file.long, self.prompts.get(path, options.prompt))
         if not file.windows:  # no speech at all
             if self.on_window is not None:
@@ -448,8 +452,12 @@ def _assemble(pair: WhisperPair, file: _File) -> Transcript:
     segments = [segment for window in file.windows for segment in window.segments]
     full_text = tokenizer.decode([t for s in segments for t in s.tokens]).strip()
     languages = Counter(w.result.language for w in file.windows if w.result.language)
+    language = languages.most_common(1)[0][0] if languages else None
+    probability = file.language_probability
+    if probability is None:  # detected on a window: the first that found the file's language
+        probability = next((w.result.language_probability for w in file.windows
+                            if w.result.language == language and w.result.language_probability is not None), None)
     stats = DecodingStats(audio_seconds=sum(len(w.audio) for w in file.windows) / SAMPLE_RATE)
     for window in file.windows:
         stats.add(window.result.stats)
-    return Transcript(file.path, full_text, languages.most_common(1)[0][0] if languages else None, file.duration,
-                      segments, stats)
+    return Transcript(file.path, full_text, language, file.duration, segments, stats, probability)

@@ -22,6 +22,7 @@ class WindowResult:
     avg_logprob: float | None = None  # computed where a verdict needs it (needs_fallback, the no-speech rule)
     compression_ratio: float = 0.0  # of the text (compression_ratio): above its threshold, the text loops
     temperature: float = 0.0  # of the decoding pass whose text this is
+    language_probability: float | None = None  # of its language, where detected on this window (encoding.detect_language)
 
 
 def compression_ratio(text: str) -> float:
@@ -56,4 +57,4 @@ def best_attempt(attempts: list[WindowResult], options: DecodingOptions) -> Wind
     for attempt in attempts:
         stats.add(attempt.stats)
     stats.windows, stats.fallbacks = 1, len(attempts) - 1
-    return replace(chosen, stats=stats)
+    return replace(chosen, stats=stats, language_probability=attempts[0].language_probability)  # detected once

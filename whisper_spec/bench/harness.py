@@ -239,6 +239,6 @@ def _languages_of(pair: WhisperPair, utterances: list[Utterance]) -> list[str]:
     if pair.main.special.multilingual:
         for rows in batches(len(missing), 8):
             idx = [missing[i] for i in rows]
-            for i, language in zip(idx, detect_languages(pair, pair_features(pair, [utterances[i].audio for i in idx])[0])):
+            for i, language in zip(idx, detect_languages(pair, pair_features(pair, [utterances[i].audio for i in idx])[0])[0]):
                 out[i] = language
     return [language or "en" for language in out]
