@@ -27,17 +27,21 @@ def test_bad_files_fail_alone_and_good_ones_finish(capsys, tmp_path):
     empty.write_bytes(b"")
     corrupt = tmp_path / "corrupt.flac"
     corrupt.write_bytes(np.random.default_rng(0).bytes(5000))
+    not_mp3 = tmp_path / "notes.mp3"
+    not_mp3.write_bytes(b"meeting notes, not audio\n" * 10)
     missing = tmp_path / "missing.wav"
     folder = tmp_path / "recordings"
     folder.mkdir()
-    code, out, err = run(capsys, missing, empty, QUILTER, corrupt, folder, "--model", "tiny.en", "--output-dir",
-                         tmp_path / "out")
+    code, out, err = run(capsys, missing, empty, QUILTER, corrupt, not_mp3, folder, "--model", "tiny.en",
+                         "--output-dir", tmp_path / "out")
     assert code == 1
-    lines = err.strip().splitlines()
+    lines = [line for line in err.strip().splitlines() if line.startswith("whisper-spec: error: ")]
     assert f"{missing}: no such file" in lines[0]
     assert f"{empty}: empty file" in lines[1]
     assert str(corrupt) in lines[2] and "cannot decode audio" in lines[2]
-    assert f"{folder}: is a folder, not an audio file (whisper-spec batch transcribes folders)" in lines[3]
+    # a file that is there is never said not to exist (libsndfile's words for an mp3 it gives up on)
+    assert str(not_mp3) in lines[3] and "cannot decode audio" in lines[3] and "not exist" not in lines[3]
+    assert f"{folder}: is a folder, not an audio file (whisper-spec batch transcribes folders)" in lines[4]
     assert "Quilter" in (tmp_path / "out" / f"{QUILTER.stem}.txt").read_text()
 
 

@@ -111,15 +111,20 @@ def _read_with_ffmpeg(path: Path, soundfile_error: Exception, name: str | Path) 
         raise
     except Exception as error:  # neither decoder reads it: libsndfile's reason, unless ffmpeg found a container
         reason = soundfile_error if isinstance(error, av.error.InvalidDataError) else error
-        raise AudioError(f"{name}: cannot decode audio ({_first_line(reason).replace(str(path), str(name))})") from None
+        raise AudioError(f"{name}: cannot decode audio ({_reason(reason, path, name)})") from None
     if not chunks:  # a stream ffmpeg guessed at that holds nothing it can decode
-        raise AudioError(f"{name}: cannot decode audio ({_first_line(soundfile_error).replace(str(path), str(name))})")
+        raise AudioError(f"{name}: cannot decode audio ({_reason(soundfile_error, path, name)})")
     return np.concatenate(chunks)
 
 
-def _first_line(error: Exception) -> str:
+def _reason(error: Exception, path: Path, name: str | Path) -> str:
+    """A decoder's reason in one line, naming the file as the user did."""
     text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
+    reason = text[0].replace(str(path), str(name)) if text else type(error).__name__
+    # libsndfile's words for a file its mp3 decoder gives up on, though the file is there and regular
+    if "does not exist or is not a regular file" in reason:
+        return "not audio in a format libsndfile or ffmpeg reads, or damaged"
+    return reason
 
 
 # Slaney's mel scale: linear (this many Hz a mel) below the knee, logarithmic above it
