@@ -115,7 +115,7 @@ def _setup(args, formats: list[str], load: bool = True):
     timestamps = args.timestamps if args.timestamps is not None else any(f in TIMED for f in formats)
     note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
     layout = _options(SubtitleOptions, max_words_per_line=args.max_words_per_line, max_line_width=args.max_line_width,
-                      max_line_count=args.max_line_count)
+                      max_line_count=args.max_line_count, highlight_words=args.highlight_words)
     # --language de,fr,en: detect among these
     named = [language.strip() for language in (args.language or "").split(",") if language.strip()]
     language, candidates = (named[0], None) if len(named) == 1 else (None, tuple(named) or None)
@@ -123,14 +123,14 @@ def _setup(args, formats: list[str], load: bool = True):
         DecodingOptions, task=args.task, language=language, temperature=_temperatures(args), timestamps=timestamps,
         draft_tokens=args.draft_tokens, draft_confidence=args.draft_confidence, adaptive_draft=args.adaptive_draft,
         speculation=args.speculation, seed=args.seed, prompt=args.initial_prompt, cuda_graphs=args.cuda_graphs,
-        compile=args.compile, word_timestamps=args.word_timestamps or layout.splits_segments,
+        compile=args.compile, word_timestamps=args.word_timestamps or layout.needs_word_times,
         no_speech_threshold=args.no_speech_threshold, logprob_threshold=args.logprob_threshold,
         compression_ratio_threshold=args.compression_ratio_threshold,
     )
     vad = VadOptions(threshold=args.vad_threshold, min_silence=args.vad_min_silence, speech_pad=args.vad_speech_pad,
                      min_speech=args.vad_min_speech)  # its errors already name the --vad-* settings
     chunking = _options(ChunkingOptions, chunk_length=args.chunk_length, vad=args.vad, vad_options=vad)
-    shaping = [f"--{name.replace('_', '-')}" for name, value in vars(layout).items() if value is not None]
+    shaping = [f"--{name.replace('_', '-')}" for name, value in vars(layout).items() if value]
     if shaping and not set(SUBTITLES) & set(formats):
         note(f"{', '.join(shaping)} shape{'s' * (len(shaping) == 1)} srt and vtt cues; the {', '.join(formats)} output has none")
     pair = load_from_args(args, note) if load else None

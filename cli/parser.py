@@ -192,6 +192,8 @@ def _add_output_options(parser: argparse.ArgumentParser, output_dir_required: bo
     out.add_argument("--max-line-count", type=positive_int, default=None, metavar="N",
                      help="srt and vtt cues of at most N lines, timed by their words (implies --word-timestamps; "
                           "default: a segment's lines in one cue)")
+    out.add_argument("--highlight-words", action="store_true",
+                     help="srt and vtt: a cue per word as it is spoken, that word underlined (implies --word-timestamps)")
     talk = out.add_mutually_exclusive_group()
     talk.add_argument("--quiet", "-q", action="store_true", help="no progress bar or notes")
     if not output_dir_required:  # a batch job's files are its record

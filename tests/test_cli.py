@@ -161,10 +161,11 @@ def test_timed_formats_turn_timestamps_on_and_cutting_cues_word_timestamps():
     for formats, flags, timestamps, words in ((["txt"], [], False, False), (["tsv"], [], True, False),
                                               (["srt"], ["--max-line-width", "42"], True, False),
                                               (["vtt"], ["--max-line-count", "2"], True, True),
-                                              (["srt"], ["--no-timestamps", "--max-words-per-line", "3"], False, True)):
+                                              (["srt"], ["--no-timestamps", "--max-words-per-line", "3"], False, True),
+                                              (["vtt"], ["--highlight-words"], True, True)):
         options, _, layout, _, _ = _setup(build_parser().parse_args(["transcribe", "x", *flags]), formats, load=False)
         assert (options.timestamps, options.word_timestamps) == (timestamps, words), (formats, flags)
-        assert layout.splits_segments == words
+        assert layout.needs_word_times == words
 
 
 def test_encoder_precision_is_left_to_the_loader_unless_a_flag_says(tmp_path):

@@ -1,5 +1,8 @@
 """Writers: subtitle cues cut and wrapped by SubtitleOptions, and the tsv table."""
 
+import re
+from dataclasses import replace
+
 import pytest
 
 from whisper_spec.options import OUTPUT_FORMATS, SubtitleOptions
@@ -87,6 +90,26 @@ def test_srt_and_vtt_write_a_cues_lines_and_tsv_the_segments_in_milliseconds():
     tsv = render(t, "tsv", layout).splitlines()
     assert tsv[0] == "start\tend\ttext" and len(tsv) == 1 + len(t.segments)
     assert tsv[1] == f"500\t{round(1000 * t.segments[0].end)}\t{SENTENCES[0]}"
+
+
+@pytest.mark.parametrize("layout", [SubtitleOptions(highlight_words=True),
+                                    SubtitleOptions(highlight_words=True, max_line_width=20, max_line_count=2)])
+def test_highlighted_words_are_underlined_one_at_a_time_while_spoken(layout):
+    t = transcript()
+    words = [w for s in t.segments for w in s.words]
+    late = t.segments[1].words[3]
+    late.start += 0.2  # a pause before it: a cue of its own, nothing underlined
+    found = cues(t, layout)
+    underlined = [(start, end, text) for start, end, text in found if "<u>" in text]
+    assert [(start, end) for start, end, _ in underlined] == [(w.start, w.end) for w in words]
+    assert [re.findall(r"<u>(.*?)</u>", text) for _, _, text in underlined] == [[w.word.strip()] for w in words]
+    previous = words[words.index(late) - 1]
+    assert [(start, end) for start, end, text in found if "<u>" not in text] == [(previous.end, late.start)]
+    # markup aside, each cue is a cue of the same layout without highlighting, lines and all
+    plain = {text for _, _, text in cues(t, replace(layout, highlight_words=False))}
+    assert {text.replace("<u>", "").replace("</u>", "") for _, _, text in found} == plain
+    assert all(a[1] <= b[0] for a, b in zip(found, found[1:]))
+    assert "a <u>kid,</u>" in render(t, "srt", layout) and "a <u>kid,</u>" in render(t, "vtt", layout)
 
 
 @pytest.mark.parametrize("field", ["max_words_per_line", "max_line_width", "max_line_count"])

@@ -209,6 +209,8 @@ class SubtitleOptions:
     max_line_width: int | None = None  # characters; a longer word stands alone on its line
     # lines a cue holds; None: one with max_words_per_line (a cue per run of words), else the segment's all
     max_line_count: int | None = None
+    # a cue's text shown word by word, the word being spoken underlined (openai-whisper's --highlight_words)
+    highlight_words: bool = False
 
     def __post_init__(self):
         for name in ("max_words_per_line", "max_line_width", "max_line_count"):
@@ -219,6 +221,10 @@ class SubtitleOptions:
     def splits_segments(self) -> bool:
         """Whether cues can end inside a segment, so are timed by its words."""
         return self.max_words_per_line is not None or self.max_line_count is not None
+
+    @property
+    def needs_word_times(self) -> bool:
+        return self.splits_segments or self.highlight_words
 
 
 @dataclass(frozen=True)

@@ -62,24 +62,47 @@ def _wrap(words: list, text: Callable[[object], str], layout: SubtitleOptions) -
 def cues(transcript: Transcript, layout: SubtitleOptions = SubtitleOptions()) -> list[tuple[float, float, str]]:
     """Subtitle cues (start, end, text with a newline between lines): a segment's, its words wrapped
     into lines by the layout; where the layout cuts segments (SubtitleOptions.splits_segments) and
-    the segment has word timestamps, runs of max_line_count lines timed by their words. A cue lasts
-    at least one timestamp step: players skip a cue of no length."""
+    the segment has word timestamps, runs of max_line_count lines timed by their words; with
+    highlight_words, each such cue a cue per word, that word underlined (and the gaps between
+    words cues of their own, none underlined). A cue lasts at least one timestamp step: players skip
+    a cue of no length."""
     wraps = layout.max_line_width is not None or layout.max_words_per_line is not None
     lines_a_cue = layout.max_line_count or (1 if layout.max_words_per_line is not None else None)
     found = []
     for segment in transcript.segments:
-        if layout.splits_segments and segment.words:
+        if layout.needs_word_times and segment.words:
             lines = _wrap(segment.words, _WORD_TEXT, layout)
             step = lines_a_cue or len(lines)
             for i in range(0, len(lines), step):
                 group = lines[i : i + step]
-                found.append((group[0][0].start, group[-1][-1].end, "\n".join(_line(line, _WORD_TEXT) for line in group)))
+                if layout.highlight_words:
+                    found += _highlighted(group)
+                else:
+                    found.append((group[0][0].start, group[-1][-1].end, _lines(group, _WORD_TEXT)))
         elif wraps:  # no word times: the whole segment, its text wrapped
             lines = _wrap([" " + word for word in segment.text.split()], str, layout)
-            found.append((segment.start, segment.end, "\n".join(_line(line, str) for line in lines)))
+            found.append((segment.start, segment.end, _lines(lines, str)))
         else:
             found.append((segment.start, segment.end, segment.text))
     return [(start, max(end, start + TIME_PRECISION), text) for start, end, text in found]
+
+
+def _lines(lines: list[list], text: Callable[[object], str]) -> str:
+    return "\n".join(_line(line, text) for line in lines)
+
+
+def _highlighted(lines: list[list]) -> list[tuple[float, float, str]]:
+    """A cue of these lines of words per word, while it is spoken, that word underlined; between two
+    words apart in time, the lines as they are."""
+    words = [word for line in lines for word in line]
+    found = []
+    for i, spoken in enumerate(words):
+        if i and words[i - 1].end < spoken.start:
+            found.append((words[i - 1].end, spoken.start, _lines(lines, _WORD_TEXT)))
+        underlined = (lambda w: w.word if w is not spoken
+                      else w.word[: len(w.word) - len(w.word.lstrip())] + f"<u>{w.word.strip()}</u>")
+        found.append((spoken.start, spoken.end, _lines(lines, underlined)))
+    return found
 
 
 def to_srt(transcript: Transcript, layout: SubtitleOptions = SubtitleOptions()) -> str:
