@@ -189,6 +189,23 @@ def test_joined_recordings_keep_every_word(base_pair, joined_recordings, mode):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
+def test_a_short_unclear_opening_does_not_decide_the_language_of_the_file(base_pair, tmp_path, mode):
+    """A 3 s English clip base hears as another language (Arabic at 0.16 on an AMD EPYC, which made
+    the whole file Arabic), 35 s of room tone, then three English utterances: the file is English,
+    its text theirs."""
+    opening = _utterance("librispeech/test-other/2414-128291-0008.flac")
+    rest = [speech(f"librispeech/test-clean/1089-134686-000{i}.flac") for i in range(3)]
+    audio, _ = _joined([opening, *(_utterance(p) for p in rest)], 0.0, [35.0, 0.8, 0.8], 0.8)
+    path = tmp_path / "opening.wav"
+    soundfile.write(path, audio, S)
+    result = next(transcribe(base_pair, [path], DecodingOptions(), chunking=MODES[mode]))
+    assert result.language == "en" and result.language_probability >= 0.5, result.text
+    alone = " ".join(r.text for r in transcribe(base_pair, rest, DecodingOptions(language="en")))
+    assert word_error_rate([alone], [result.text], ["en"]) <= 0.1, result.text  # the opening's few words aside
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
 def test_no_text_in_a_long_pause_or_a_quiet_tail_and_no_word_inside_them(base_pair, tmp_path, mode):
     words = _utterance("librispeech/test-clean/1221-135766-0002.flac")
     audio = np.concatenate([words, _room_tone(60, 4), words, _room_tone(20, 5)])

@@ -47,25 +47,42 @@ def sot_logits(model: Whisper, caches: DecoderCaches) -> Tensor:
     return model.decoder(sot, torch.zeros_like(sot), caches, n_logits=1)[:, 0]
 
 
-def detect_language(model: Whisper, logits: Tensor, candidates: tuple[str, ...] | None = None
-                    ) -> tuple[list[str], list[float]]:
-    """The most likely language token in sot_logits per row, and its probability among the language
-    tokens; among candidates only (codes or names) where given (DecodingOptions.language_candidates)."""
+def language_probabilities(model: Whisper, logits: Tensor, candidates: tuple[str, ...] | None = None
+                           ) -> tuple[list[str], Tensor]:
+    """The languages detection picks from (candidates, codes or names, where given:
+    DecodingOptions.language_candidates; else all the model knows) and each row's probabilities
+    over them, from sot_logits."""
     special = model.special
     codes = list(special.lang_to_id) if candidates is None else [special.language_code(c) for c in candidates]
     language_ids = torch.tensor([special.lang_to_id[code] for code in codes], device=logits.device)
-    probabilities, best = torch.softmax(logits[:, language_ids].float(), dim=-1).max(dim=-1)
-    return [codes[int(i)] for i in best], probabilities.tolist()
+    return codes, torch.softmax(logits[:, language_ids].float(), dim=-1)
+
+
+def most_likely(codes: list[str], probabilities: Tensor) -> tuple[list[str], list[float]]:
+    """Each row's most likely language and its probability."""
+    best_probabilities, best = probabilities.max(dim=-1)
+    return [codes[int(i)] for i in best], best_probabilities.tolist()
+
+
+def detect_language(model: Whisper, logits: Tensor, candidates: tuple[str, ...] | None = None
+                    ) -> tuple[list[str], list[float]]:
+    """Each row's most likely language and its probability (language_probabilities)."""
+    return most_likely(*language_probabilities(model, logits, candidates))
 
 
 @torch.inference_mode()
-def detect_languages(pair: WhisperPair, mel: Tensor, candidates: tuple[str, ...] | None = None
-                     ) -> tuple[list[str], list[float]]:
-    """The language of each window and its probability (detect_language), from the main model alone
-    (encoder and one decoder step); among candidates only where given."""
+def window_language_probabilities(pair: WhisperPair, mel: Tensor, candidates: tuple[str, ...] | None = None
+                                  ) -> tuple[list[str], Tensor]:
+    """language_probabilities of each window, from the main model alone (encoder and one decoder step)."""
     decoder = pair.main.decoder
     caches = DecoderCaches(decoder.cross_states(encoder_states(pair.main, mel)), decoder.new_caches(mel.shape[0], 1))
-    return detect_language(pair.main, sot_logits(pair.main, caches), candidates)
+    return language_probabilities(pair.main, sot_logits(pair.main, caches), candidates)
+
+
+def detect_languages(pair: WhisperPair, mel: Tensor, candidates: tuple[str, ...] | None = None
+                     ) -> tuple[list[str], list[float]]:
+    """Each window's most likely language and its probability (window_language_probabilities)."""
+    return most_likely(*window_language_probabilities(pair, mel, candidates))
 
 
 def assistant_frames(pair: WhisperPair, mel: Tensor) -> int | None:

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
+import torch
 
 from .audio import SAMPLE_RATE, SILENCE_PEAK, AudioError, load_audio, peak
 from .decoding import decode_encoded, encode_batch
-from .encoding import detect_languages, pair_features
+from .encoding import most_likely, pair_features, window_language_probabilities
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
 from .results import WindowResult
@@ -44,6 +45,13 @@ SPARSE_SECONDS_PER_TOKEN = 0.5
 # window resumed for a cut-off segment starts in a pause up to this many seconds before it, and a
 # window ends in a pause within five times this of its end (_pause_before, _window_at).
 PAUSE_SNAP_SECONDS = 1.0
+
+# A long file is decoded in one language, detected on its first window with sound; where that window
+# gives its likeliest language less than this probability (faster-whisper's language detection
+# threshold), the first LANGUAGE_WINDOWS windows of its speech decide together (_file_language;
+# docs/decisions.md, "One language a file").
+LANGUAGE_SURE = 0.5
+LANGUAGE_WINDOWS = 4
 
 
 @dataclass
@@ -195,9 +203,8 @@ class _Job:
             self.languages[path] = language
         elif file.long and pair.main.special.multilingual and sound:
             # one language for the whole file, as Whisper does: windows decoded apart could disagree
-            mel = pair_features(pair, [sound[0].audio])[0]
-            codes, probabilities = detect_languages(pair, mel, options.language_candidates)
-            self.languages[path], file.language_probability = codes[0], probabilities[0]
+            self.languages[path], file.language_probability = _file_language(pair, file, sound[0], self.chunk,
+                                                                              options.language_candidates)
         kind = _Kind(options.timestamps or file.long, self.prompts.get(path, options.prompt))
         if not file.windows:  # no speech at all
             if self.on_window is not None:
@@ -425,6 +432,24 @@ def _skipped(pair: WhisperPair, window: _Window, file: _File) -> tuple[int, int]
     segments = window_segments(window.result.tokens, pair.main.tokenizer, len(window.audio) / SAMPLE_RATE, True,
                                window.words)
     return skipped_stretch(segments, file.voiced, window.start, len(window.audio))
+
+
+def _file_language(pair: WhisperPair, file: _File, first: _Window, chunk: int,
+                   candidates: tuple[str, ...] | None) -> tuple[str, float]:
+    """A long file's one language and its probability: its first window with sound's most likely,
+    unless that is less than LANGUAGE_SURE probable; then the most probable on average over that
+    window and the speech chunks after it, LANGUAGE_WINDOWS in all (a short or unclear opening does
+    not decide alone what language an hour is decoded in)."""
+    codes, probabilities = window_language_probabilities(pair, pair_features(pair, [first.audio])[0], candidates)
+    if probabilities.max() < LANGUAGE_SURE:
+        after = first.start + len(first.audio)
+        more = [file.audio[a:b] for a, b in plan_chunks(file.speech, chunk) if a >= after]
+        more = [audio for audio in more if not _silent(audio)][: LANGUAGE_WINDOWS - 1]
+        if more:
+            probabilities = torch.cat([probabilities, window_language_probabilities(
+                pair, pair_features(pair, more)[0], candidates)[1]]).mean(dim=0, keepdim=True)
+    (language,), (probability,) = most_likely(codes, probabilities)
+    return language, probability
 
 
 def _kept_segments(pair: WhisperPair, window: _Window, file: _File, timestamps: bool, loop_ratio: float | None,
