@@ -45,6 +45,16 @@ def test_bad_files_fail_alone_and_good_ones_finish(capsys, tmp_path):
     assert "Quilter" in (tmp_path / "out" / f"{QUILTER.stem}.txt").read_text()
 
 
+def test_a_damaged_mp3_is_one_line_even_from_the_native_decoder(capfd, tmp_path):
+    """libsndfile's mp3 decoder writes its own notes on the process's stderr ("Note: Illegal
+    Audio-MPEG-Header ..."); the error stays one line."""
+    damaged = tmp_path / "damaged.mp3"
+    damaged.write_bytes(b"ID3" + bytes(7) + np.random.default_rng(1).bytes(3000))
+    code = main(["transcribe", "--quiet", "--model", "tiny.en", str(damaged)])
+    err = capfd.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and f"{damaged}: cannot decode audio" in err, err
+
+
 @pytest.mark.slow
 def test_verbose_prints_each_segment_as_the_transcript_has_it(capsys):
     """--verbose: a line a segment on stderr, '[start --> end] text', making up the printed transcript."""

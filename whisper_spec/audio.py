@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -68,10 +70,31 @@ def _load_stdin() -> np.ndarray:
         return _decode(Path(file.name), STDIN)
 
 
+@contextlib.contextmanager
+def _native_stderr_muted():
+    """What native code writes to the process's stderr, dropped: libsndfile's mp3 decoder (mpg123)
+    writes "Note: Illegal Audio-MPEG-Header ..." lines there for a damaged or mislabelled file,
+    around the one-line error that names it (and for a playable file with a stray frame)."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to guard
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _decode(path: Path, name: str | Path) -> np.ndarray:
     """path's audio; errors name it as name."""
     try:
-        audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        with _native_stderr_muted():  # decoding runs on this thread alone: nothing else of ours is dropped
+            audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
         audio = audio.mean(axis=1)
     except Exception as error:  # libsndfile names the problem but not always the file
         audio, rate = _read_with_ffmpeg(path, error, name), SAMPLE_RATE
