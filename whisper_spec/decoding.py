@@ -137,12 +137,12 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
     previous = previous_tokens(main, options.prompt)
     synchronize(device)
     start_time = time.perf_counter()
-    after_sot, detected = None, [None] * batch
+    after_sot, language_probabilities = None, [None] * batch  # of the rows whose language is detected
     if main.special.multilingual and any(language is None for language in languages):
         after_sot = sot_logits(main, caches.main)
         stats.main_forwards += 1
         found, probabilities = detect_language(main, after_sot, options.language_candidates)
-        detected = [p if language is None else None for language, p in zip(languages, probabilities)]
+        language_probabilities = [p if language is None else None for language, p in zip(languages, probabilities)]
         languages = [language or code for language, code in zip(languages, found)]
     if not main.special.multilingual:
         languages = ["en"] * batch
@@ -154,7 +154,7 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
     (speculative_decode if context.fixed_width is None else fixed_shape_decode)(context, state, stats)
     synchronize(device)
     stats.decoding_seconds += time.perf_counter() - start_time
-    return _results(state, context, languages, detected, stats)
+    return _results(state, context, languages, language_probabilities, stats)
 
 
 def previous_tokens(model: Whisper, prompt: str | tuple[int, ...] | None) -> tuple[int, ...]:

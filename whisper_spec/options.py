@@ -224,6 +224,7 @@ class SubtitleOptions:
 
     @property
     def needs_word_times(self) -> bool:
+        """Whether its cues are timed by words (so decoding has to time them)."""
         return self.splits_segments or self.highlight_words
 
 

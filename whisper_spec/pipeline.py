@@ -455,13 +455,14 @@ def _file_language(pair: WhisperPair, file: _File, first: _Window, chunk: int,
 def _kept_segments(pair: WhisperPair, window: _Window, file: _File, timestamps: bool, loop_ratio: float | None,
                    keep_words: bool) -> list[Segment]:
     """A decoded window's segments as its file's transcript keeps them, on the file's timeline."""
-    kept = [] if window.result.no_speech else _window_segments(pair, window, timestamps)
+    result = window.result
+    kept = [] if result.no_speech else _window_segments(pair, window, timestamps)
     if not keep_words:  # timed only to find where the text ends (_sparse)
         for segment in kept:
             segment.words = []
-    if loop_ratio is not None and window.result.compression_ratio > loop_ratio:
+    if loop_ratio is not None and result.compression_ratio > loop_ratio:
         kept = once_each(kept)
-    offset, result = window.start / SAMPLE_RATE, window.result
+    offset = window.start / SAMPLE_RATE
     for segment in kept:
         segment.start, segment.end = offset + segment.start, offset + segment.end
         segment.temperature, segment.avg_logprob = result.temperature, result.avg_logprob
