@@ -145,6 +145,17 @@ def test_unknown_language_and_help(capsys):
     assert "--draft-tokens" in capsys.readouterr().out
 
 
+def test_a_language_list_reaches_the_decoding_options_of_both_commands():
+    from whisper_spec.cli.main import _setup
+    from whisper_spec.cli.parser import build_parser
+
+    for command in (["transcribe", "x"], ["batch", "x", "-o", "out"]):
+        for flag, language, candidates in (("de", "de", None), ("German", "de", None),
+                                           ("en, German,fr", None, ("en", "de", "fr"))):
+            options = _setup(build_parser().parse_args([*command, "-l", flag]), ["txt"], load=False)[0]
+            assert (options.language, options.language_candidates) == (language, candidates), flag
+
+
 def test_draft_defaults_are_the_decoding_options_defaults():
     from whisper_spec.cli.parser import build_parser
     from whisper_spec.options import DecodingOptions
