@@ -1,6 +1,8 @@
 """Long audio: speech chunks (VAD) and windows one after another; no speech dropped, none invented in
 pauses and quiet tails, word times out of pauses, and speculative == main-only in both modes."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import soundfile
@@ -202,6 +204,31 @@ def test_a_short_unclear_opening_does_not_decide_the_language_of_the_file(base_p
     assert result.language == "en" and result.language_probability >= 0.5, result.text
     alone = " ".join(r.text for r in transcribe(base_pair, rest, DecodingOptions(language="en")))
     assert word_error_rate([alone], [result.text], ["en"]) <= 0.1, result.text  # the opening's few words aside
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_speech_that_changes_language_keeps_each_language_window_by_window(base_pair, tmp_path, mode):
+    """Three English utterances, a pause, three German ones (FLEURS): in one language a file the German
+    comes out in English; with language_per_window each window has its own, the German in German."""
+    english = [speech(f"librispeech/test-clean/1089-134686-000{i}.flac") for i in range(3)]
+    german = [speech(f"fleurs/fleurs-de-00{i}.ogg") for i in range(3)]
+    audio, _ = _joined([_utterance(p) for p in english + german], 0.0, [1.0, 1.0, 8.0, 1.0, 1.0], 1.0)
+    path = tmp_path / "en_de.wav"
+    soundfile.write(path, audio, S)
+    switch = (sum(len(_utterance(p)) for p in english) + 2 * S) / S  # the English ends, the pause begins
+    one = next(transcribe(base_pair, [path], DecodingOptions(), chunking=MODES[mode]))
+    assert {s.language for s in one.segments} == {one.language} == {"en"}
+    assert all("language" not in s for s in one.as_dict()["segments"])
+    per_window = replace(MODES[mode], language_per_window=True)
+    mixed = next(transcribe(base_pair, [path], DecodingOptions(), chunking=per_window))
+    assert [s.language for s in mixed.segments] == ["en" if s.start < switch else "de" for s in mixed.segments]
+    alone = " ".join(r.text for r in transcribe(base_pair, german, DecodingOptions(language="de")))
+    said = " ".join(s.text for s in mixed.segments if s.language == "de")
+    assert word_error_rate([alone], [said], ["de"]) <= 0.1, said
+    assert word_error_rate([alone], [" ".join(s.text for s in one.segments if s.start > switch)], ["de"]) > 0.5
+    languages = [s.get("language", mixed.language) for s in mixed.as_dict()["segments"]]  # named where not the file's
+    assert languages == [s.language for s in mixed.segments]
 
 
 @pytest.mark.slow

@@ -66,11 +66,12 @@ class Transcript:
 
     def as_dict(self) -> dict:
         """Times in seconds to the millisecond (a timestamp token is 20 ms); a segment's window's
-        decoding figures where they were computed."""
+        decoding figures where they were computed, and its language where not the transcript's."""
         def segment(s: Segment) -> dict:
             scores = {"temperature": s.temperature, "avg_logprob": s.avg_logprob,
                       "compression_ratio": s.compression_ratio, "no_speech_prob": s.no_speech_prob}
             return ({"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text}
+                    | ({"language": s.language} if s.language not in (None, self.language) else {})
                     | {name: round(value, 4) for name, value in scores.items() if value is not None}
                     | ({"words": [w.as_dict() for w in s.words]} if s.words else {}))
 
@@ -201,7 +202,7 @@ class _Job:
         sound = [w for w in file.windows if not _silent(w.audio)]
         if language is not None:
             self.languages[path] = language
-        elif file.long and pair.main.special.multilingual and sound:
+        elif file.long and pair.main.special.multilingual and sound and not self.chunking.language_per_window:
             # one language for the whole file, as Whisper does: windows decoded apart could disagree
             self.languages[path], file.language_probability = _file_language(pair, file, sound[0], self.chunk,
                                                                               options.language_candidates)
@@ -274,7 +275,8 @@ class _Job:
         if following:
             at = file.windows.index(window) + 1
             file.windows[at:at] = following
-            self.languages.setdefault(file.path, result.language)  # what follows is in the file's language
+            if not self.chunking.language_per_window:  # what follows is in the file's language
+                self.languages.setdefault(file.path, result.language)
             for next_window in following:
                 self.queue(next_window, kind)
         elif all(w.result is not None for w in file.windows):
@@ -465,7 +467,7 @@ def _kept_segments(pair: WhisperPair, window: _Window, file: _File, timestamps: 
     offset = window.start / SAMPLE_RATE
     for segment in kept:
         segment.start, segment.end = offset + segment.start, offset + segment.end
-        segment.temperature, segment.avg_logprob = result.temperature, result.avg_logprob
+        segment.language, segment.temperature, segment.avg_logprob = result.language, result.temperature, result.avg_logprob
         segment.compression_ratio, segment.no_speech_prob = result.compression_ratio, result.no_speech_prob
         for word in segment.words:
             word.start, word.end = offset + word.start, offset + word.end

@@ -35,6 +35,7 @@ class Segment:
     tokens: list[int]  # text tokens, timestamps excluded
     words: list[Word] = field(default_factory=list)  # with word timestamps: its words, tokens in order
     # the decoding of the window it comes from, as openai-whisper reports it (results.WindowResult); None: not computed
+    language: str | None = None
     temperature: float | None = None
     avg_logprob: float | None = None
     compression_ratio: float | None = None
