@@ -19,12 +19,10 @@ from pathlib import Path
 
 from _common import SPEECH, manifest_rows, parse_args, progress, write_report
 
-from whisper_spec.audio import load_audio
+from whisper_spec.audio import N_SAMPLES, load_audio
 from whisper_spec.bench.metrics import machine_info
-from whisper_spec.encoding import detect_languages, pair_features
+from whisper_spec.encoding import most_likely, pair_features, window_language_probabilities
 from whisper_spec.load import load_pair
-
-WINDOW = 30 * 16000  # detection reads the first window
 
 
 def main() -> int:
@@ -48,9 +46,11 @@ def main() -> int:
     detected = {way: [] for way in ways}
     for start in range(0, len(rows), args.batch_size):
         batch = rows[start: start + args.batch_size]
-        mel = pair_features(pair, [load_audio(SPEECH / row["path"])[:WINDOW] for row in batch])[0]
-        for way, candidates in ways.items():
-            detected[way] += detect_languages(pair, mel, candidates)[0]
+        first_windows = [load_audio(SPEECH / row["path"])[:N_SAMPLES] for row in batch]
+        codes, probabilities = window_language_probabilities(pair, pair_features(pair, first_windows)[0])
+        for way, candidates in ways.items():  # among candidates: the likeliest of their columns, one encoding for all
+            kept = codes if candidates is None else list(candidates)
+            detected[way] += most_likely(kept, probabilities[:, [codes.index(code) for code in kept]])[0]
     report = {"machine": machine_info(pair.device), "model": args.model, "sets": {}, "summary": {}}
     for name in sorted({row["set"] for row in rows}):
         entry = {}
