@@ -65,10 +65,15 @@ def long_recordings(name: str, folder: Path) -> tuple[list[dict], list[Path]]:
     the 128 s mp3), in English. "joined": the 78 LibriSpeech clips joined into 4 recordings with
     pauses, quiet starts and ends (_joined_librispeech). "fleurs": each language's FLEURS clips (de,
     es, fr, pt, en) joined end to end, half a second of silence between them, written to folder, the
-    clips' texts joined."""
+    clips' texts joined. "tts": the synthetic long recordings (`unlabeled_tts`, de, en, es, fr, pt, 4-7
+    min each), with the texts they read: the main model's long-form WER only, never an assistant's
+    acceptance (an assistant may be trained on them; speech/README.md)."""
     rows = manifest_rows()
     if name == "longform":
         files = [r | {"language": "en"} for r in rows if r["set"] in ("longform", "unlabeled_longform")]
+        return files, [SPEECH / r["path"] for r in files]
+    if name == "tts":
+        files = [r | {"text": (SPEECH / r["text_file"]).read_text()} for r in rows if r["set"] == "unlabeled_tts"]
         return files, [SPEECH / r["path"] for r in files]
     if name == "joined":
         return _joined_librispeech([r for r in rows if r["set"] == "librispeech"], folder)

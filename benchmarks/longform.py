@@ -15,10 +15,15 @@ decoded one by one (what a seam or a pause costs).
 starts and ends (benchmarks/_common.py), against the clips transcribed one by one.
 --set fleurs: each language's FLEURS clips (de, es, fr, pt, en) joined end to end with half a second
 of silence between them, in their language.
+--set tts: the 10 synthetic long recordings (de, en, es, fr, pt, 4-7 min each) against the texts they
+read; no acceptance reported (an assistant may be trained on them).
+WER comes with its word errors by kind (substitutions, deletions, insertions): what a rule about a
+chunk's end trades is seen there.
 
     python benchmarks/longform.py --batch-sizes 4 --output benchmarks/results/longform_vad_epyc_cpu.json
     python benchmarks/longform.py --set joined --batch-sizes 4 --output benchmarks/results/longform_vad_joined_epyc_cpu.json
     python benchmarks/longform.py --set fleurs --batch-sizes 4 --output benchmarks/results/longform_vad_fleurs_epyc_cpu.json
+    python benchmarks/longform.py --set tts --modes vad --batch-sizes 4 --peers none --output /tmp/tts.json
     python benchmarks/longform.py --dry --output /tmp/longform.json   # a minute: the script's own check
 """
 
@@ -36,7 +41,7 @@ import torch
 from _common import SPEECH, last_speech, long_recordings, manifest_rows, progress, write_report
 
 from whisper_spec.audio import load_audio
-from whisper_spec.bench.metrics import machine_info, word_error_rate
+from whisper_spec.bench.metrics import machine_info, word_error_rate, word_errors
 from whisper_spec.bench.peers import load_peers
 from whisper_spec.load import load_pair
 from whisper_spec.options import ChunkingOptions, DecodingOptions
@@ -55,7 +60,8 @@ def main() -> int:
     parser.add_argument("--batch-sizes", default="1,4")
     parser.add_argument("--precisions", default="int8", help="decoder precisions: int8, float32 or both")
     parser.add_argument("--peers", default="faster-whisper", help="faster-whisper or none")
-    parser.add_argument("--set", dest="recordings", choices=("longform", "joined", "fleurs"), default="longform")
+    parser.add_argument("--set", dest="recordings", choices=("longform", "joined", "fleurs", "tts"), default="longform")
+    parser.add_argument("--modes", default="vad,sequential", help="ways of cutting: vad (speech chunks), sequential or both")
     parser.add_argument("--speculation", choices=("auto", "on"), default="auto",
                         help="when speculative configurations draft (DecodingOptions.speculation)")
     parser.add_argument("--output", type=Path, default=None)
@@ -65,6 +71,9 @@ def main() -> int:
     if args.dry:
         args.recordings, args.batch_sizes, args.peers = "longform", "1", "none"
 
+    modes = args.modes.split(",")
+    if not set(modes) <= set(MODES):
+        parser.error(f"--modes: {args.modes!r}: choose from {', '.join(MODES)}")
     workdir = tempfile.TemporaryDirectory()
     files, paths = long_recordings(args.recordings, Path(workdir.name))
     if args.dry:
@@ -104,7 +113,7 @@ def main() -> int:
               "results": []}
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
         runs = {f"{mode} {kind} {precision}": ours(mode, precision, kind == "speculative", batch)
-                for mode in MODES for precision in pairs for kind in ("main-only", "speculative")}
+                for mode in modes for precision in pairs for kind in ("main-only", "speculative")}
         runs.update({f"{name} int8": peer(name, batch) for name in peers})
         for run in runs.values():
             run(shortest)  # warm-up: first calls, faster-whisper's VAD model
@@ -121,16 +130,19 @@ def main() -> int:
                 results[name].append(result)
         entry = {"batch_size": batch, "configurations": {}}
         labeled = [i for i, f in enumerate(files) if f["text"]]
+        references, reference_languages = [files[i]["text"] for i in labeled], [files[i]["language"] for i in labeled]
         for name in runs:
+            hypotheses = [texts[name][i] for i in labeled]
             row = {"seconds": seconds[name], "real_time_factor": seconds[name] / audio_seconds,
-                   "wer": word_error_rate([files[i]["text"] for i in labeled], [texts[name][i] for i in labeled],
-                                          [files[i]["language"] for i in labeled]),
+                   "wer": word_error_rate(references, hypotheses, reference_languages),
+                   "word_errors": word_errors(references, hypotheses, reference_languages),
                    "wer_by_file": {paths[i].name: round(word_error_rate([files[i]["text"]], [texts[name][i]],
                                                                         [files[i]["language"]]), 4) for i in labeled}}
             if results[name][0] is not None:
                 stats = [r.stats for r in results[name]]
                 drafted = sum(s.drafted for s in stats)
-                row["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
+                if args.recordings != "tts":
+                    row["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
                 row["windows"] = sum(s.windows for s in stats)
                 row["decoded_audio_seconds"] = round(sum(s.audio_seconds for s in stats), 1)
                 row["decoded_audio_ratio"] = round(row["decoded_audio_seconds"] / audio_seconds, 3)
@@ -138,13 +150,13 @@ def main() -> int:
                     path.name: round((r.segments[-1].end if r.segments else 0.0) - ends[path.name], 2)
                     for path, r in zip(paths, results[name])}
             entry["configurations"][name] = row
-        for mode in MODES:
+        for mode in modes:
             for precision in pairs:
                 main, speculative = f"{mode} main-only {precision}", f"{mode} speculative {precision}"
                 entry[f"speedup_{mode}_{precision}"] = seconds[main] / seconds[speculative]
                 entry[f"identical_fraction_{mode}_{precision}"] = sum(
                     a == b for a, b in zip(texts[main], texts[speculative])) / len(paths)
-        for precision in pairs:
+        for precision in pairs if len(modes) == 2 else ():
             for kind in ("main-only", "speculative"):
                 entry[f"vad_over_sequential_{kind}_{precision}"] = (
                     seconds[f"sequential {kind} {precision}"] / seconds[f"vad {kind} {precision}"])
@@ -154,7 +166,7 @@ def main() -> int:
         precision = next(iter(pairs))
         report["against_utterances_alone"] = _against_utterances(
             pairs[precision], DecodingOptions(language="en"), files,
-            {mode: texts[f"{mode} main-only {precision}"] for mode in MODES})
+            {mode: texts[f"{mode} main-only {precision}"] for mode in modes})
     report["voice_activity"] = _vad_speed(paths)
     for peer in peers.values():
         peer.close()

@@ -1,6 +1,7 @@
 """Long audio: speech chunks (VAD) and windows one after another; no speech dropped, none invented in
 pauses and quiet tails, word times out of pauses, and speculative == main-only in both modes."""
 
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
@@ -10,12 +11,13 @@ import torch
 from conftest import main_alone, speech
 
 from whisper_spec.audio import SAMPLE_RATE, load_audio
-from whisper_spec.bench.metrics import word_error_rate
+from whisper_spec.bench.metrics import normalize, word_error_rate
 from whisper_spec.options import ChunkingOptions, DecodingOptions, SubtitleOptions, VadOptions
 from whisper_spec.pair import WhisperPair, decoder_subset
 from whisper_spec.pipeline import Transcript, _plan, transcribe
 from whisper_spec.segments import Segment, keep_to_speech, skipped_stretch
 from whisper_spec.timing import Word
+from whisper_spec.tokenizer import TIME_PRECISION
 from whisper_spec.vad import VAD_FRAME, clamp_to_speech, padded, plan_chunks, speech_probabilities, speech_regions
 from whisper_spec.writers import to_srt
 
@@ -130,6 +132,22 @@ UNLABELED = "unlabeled/librispeech-train-clean-100/"
 REPRO = ["librispeech/test-clean/1221-135766-0001.flac", "librispeech/test-clean/1221-135766-0002.flac",
          "librispeech/dev-clean/1272-128104-0000.flac", UNLABELED + "103-1240-0000.flac",
          UNLABELED + "1034-121119-0000.flac", UNLABELED + "1040-133433-0000.flac"]
+
+
+# Faster than anyone speaks (fast read speech is 15-20), with room for coarse timestamps
+MOST_CHARACTERS_A_SECOND = 45
+
+
+def _characters_a_second(segment: Segment) -> float:
+    return len(segment.text.strip()) / max(segment.end - segment.start, TIME_PRECISION)
+
+
+def _repeated_beyond(said: list[str], read: list[str], n: int) -> list[str]:
+    """The n-word phrases the transcript has twice or more, more often than the text read does."""
+    def counts(words):
+        return Counter(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
+    theirs = counts(read)
+    return [phrase for phrase, times in counts(said).items() if times > max(theirs[phrase], 1)]
 
 
 def _joined(parts: list[np.ndarray], lead: float, pauses: list[float], tail: float) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -306,6 +324,28 @@ def test_the_end_of_a_recording_is_transcribed(base_pair, mode):
     assert result.text.lower().rstrip(".").endswith("behold this kind")  # the reference: "BEHOLD THESE KINE"
     if mode == "vad":
         assert result.stats.windows == len(_plan(0, str(path), audio, MODES[mode]).windows)
+
+
+@pytest.mark.slow
+def test_a_chunk_held_open_to_its_speech_end_gets_no_invented_text(base_pair):
+    """Two 5-minute synthetic readings (unlabeled_tts: their texts are known) whose chunks Whisper
+    closes a little short of where their speech ends. Held open too close to that end, it had to go
+    on and wrote a sentence it had already written ("... was a slow decline of streetcar systems."
+    again, 13 words in 0.5 s) or repeated the words before ("les préoccupations étiques,"). No
+    segment may be faster than speech, nor any phrase of the transcript repeat more often than the
+    text read has it."""
+    tts = "unlabeled/tts_multilingual"
+    readings = {"en-jesscia": "en", "fr-manon": "fr"}
+    paths = [speech(f"{tts}/{name}.ogg") for name in readings]
+    languages = {str(path): language for path, language in zip(paths, readings.values())}
+    results = transcribe(base_pair, paths, DecodingOptions(), batch_size=4, languages=languages)
+    for (name, language), result in zip(readings.items(), results):
+        fastest = max(result.segments, key=_characters_a_second)
+        print(f"{name}: fastest segment {_characters_a_second(fastest):.0f} characters a second: {fastest}")
+        assert _characters_a_second(fastest) <= MOST_CHARACTERS_A_SECOND, (name, fastest)
+        said = normalize(result.text, language).split()
+        read = normalize(speech(f"{tts}/texts/{language}-sample.txt").read_text(), language).split()
+        assert not _repeated_beyond(said, read, 4), (name, _repeated_beyond(said, read, 4))
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit.load, inside the package's loader

@@ -30,7 +30,7 @@ from .encoding import most_likely, pair_features, window_language_probabilities
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
 from .results import WindowResult
-from .segments import TAIL_SECONDS, Segment, keep_to_speech, once_each, skipped_stretch, window_segments
+from .segments import END_SLACK_SECONDS, TAIL_SECONDS, Segment, keep_to_speech, once_each, skipped_stretch, window_segments
 from .stats import DecodingStats
 from .timing import Word, word_timings
 from .vad import padded, plan_chunks, speech_regions, speech_within
@@ -364,7 +364,7 @@ def _pause_before(file: _File, window: _Window, resume: int) -> int:
 
 
 def _end_floor(file: _File, window: _Window) -> float:
-    """Seconds into a speech chunk its text runs to before it may end: TAIL_SECONDS / 2 before the end
+    """Seconds into a speech chunk its text runs to before it may end: END_SLACK_SECONDS before the end
     of the last speech the detector found in it. Whisper often ends its text seconds early in a chunk
     full of speech, and the rest would cost a window of its own. Windows one after another (--no-vad,
     for audio the detector misjudges) go on where the text stops instead: 0.0 (docs/decisions.md,
@@ -373,7 +373,7 @@ def _end_floor(file: _File, window: _Window) -> float:
         return 0.0
     end = window.start + len(window.audio)
     last = max((min(b, end) for a, b in file.voiced if a < end and b > window.start), default=window.start)
-    return max(0.0, (last - window.start) / SAMPLE_RATE - TAIL_SECONDS / 2)
+    return max(0.0, (last - window.start) / SAMPLE_RATE - END_SLACK_SECONDS)
 
 
 def _silent(audio: np.ndarray) -> bool:
@@ -404,7 +404,9 @@ def _resume_at(pair: WhisperPair, window: _Window, file: _File) -> int | None:
     start of a last segment the text leaves open (cut off by the window's end; dropped here, decoded
     whole in the next window), or where its text ends (its last segment's, or where timed, its last
     word's end) when that is TAIL_SECONDS or more before the end of the audio. Only where sound
-    follows, and where the detector ran, TAIL_SECONDS / 2 of speech. None: the window's text covers it."""
+    follows, and where the detector ran, speech: more than END_SLACK_SECONDS of it in a speech chunk
+    (what its text may leave, _end_floor), TAIL_SECONDS / 2 in windows one after another. None: the
+    window's text covers it."""
     result = window.result
     if result.no_speech or not result.tokens:
         return None
@@ -422,8 +424,9 @@ def _resume_at(pair: WhisperPair, window: _Window, file: _File) -> int | None:
     if not 0 < offset < len(window.audio) or _silent(window.audio[offset:]):
         return None
     rest = (window.start + offset, window.start + len(window.audio))
-    if file.speech is not None and speech_within(file.voiced, *rest) < TAIL_SECONDS / 2 * SAMPLE_RATE:
-        return None  # the detector ran: the rest must hold speech
+    if file.speech is not None and speech_within(file.voiced, *rest) <= (
+            END_SLACK_SECONDS if file.chunked else TAIL_SECONDS / 2) * SAMPLE_RATE:
+        return None
     return offset
 
 

@@ -12,9 +12,14 @@ from .vad import clamp_to_speech, speech_within
 
 # Whisper often ends a window's text early, before speech that is still in the window: when its last
 # segment ends this many seconds or more before the window does, the rest is decoded as a window of
-# its own (pipeline._resume_at), until a window's text reaches its end or adds nothing. A speech
-# chunk's text is held open instead to TAIL_SECONDS / 2 before its speech's end (pipeline._end_floor).
+# its own (pipeline._resume_at), until a window's text reaches its end or adds nothing.
 TAIL_SECONDS = 1.0
+
+# A speech chunk's text is held open instead to this many seconds before its speech's end
+# (pipeline._end_floor), and a rest holding no more speech than that is not decoded again. Whisper's
+# segment ends are coarse: closer, a segment it closed just short was followed by invented text
+# (docs/decisions.md, "A chunk's text runs to the end of its speech").
+END_SLACK_SECONDS = 0.75
 
 # Whisper sometimes skips a stretch of speech and writes what follows it from the stretch's start;
 # DTW then stretches the first word after the skip back over it. A word whose time holds more than

@@ -38,9 +38,10 @@ def normalize(text: str, language: str | None) -> str:
     return (_english_normalizer() if language in (None, "en") else _basic_normalizer())(text)
 
 
-def word_error_rate(references: list[str | None], hypotheses: list[str], languages: list[str | None]) -> float | None:
-    """Corpus WER after normalization; pairs without a reference, or whose reference normalizes
-    to nothing, are left out (as in Whisper's evaluations)."""
+def word_errors(references: list[str | None], hypotheses: list[str], languages: list[str | None]) -> dict | None:
+    """Corpus word errors after normalization, by kind (substitutions, deletions, insertions) and
+    the reference's word count; pairs without a reference, or whose reference normalizes to nothing,
+    are left out (as in Whisper's evaluations). None where no pair is left."""
     refs, hyps = [], []
     for ref, hyp, language in zip(references, hypotheses, languages):
         if ref is None:
@@ -49,7 +50,20 @@ def word_error_rate(references: list[str | None], hypotheses: list[str], languag
         if ref.strip():
             refs.append(ref)
             hyps.append(normalize(hyp, language))
-    return jiwer.wer(refs, hyps) if refs else None
+    if not refs:
+        return None
+    alignment = jiwer.process_words(refs, hyps)
+    return {"substitutions": alignment.substitutions, "deletions": alignment.deletions,
+            "insertions": alignment.insertions,
+            "reference_words": alignment.substitutions + alignment.deletions + alignment.hits}
+
+
+def word_error_rate(references: list[str | None], hypotheses: list[str], languages: list[str | None]) -> float | None:
+    """Corpus WER after normalization (see word_errors)."""
+    errors = word_errors(references, hypotheses, languages)
+    if errors is None:
+        return None
+    return (errors["substitutions"] + errors["deletions"] + errors["insertions"]) / errors["reference_words"]
 
 
 class PeakMemory:
