@@ -18,7 +18,7 @@ TAIL_SECONDS = 1.0
 # A speech chunk's text is held open instead to this many seconds before its speech's end
 # (pipeline._end_floor), and a rest holding no more speech than that is not decoded again. Whisper's
 # segment ends are coarse: closer, a segment it closed just short was followed by invented text
-# (docs/decisions.md, "A chunk's text runs to the end of its speech").
+# (docs/decisions.md, "Held open to 0.75 s before the speech's end").
 END_SLACK_SECONDS = 0.75
 
 # Whisper sometimes skips a stretch of speech and writes what follows it from the stretch's start;
