@@ -207,21 +207,51 @@ def test_joined_recordings_keep_every_word(base_pair, joined_recordings, mode):
         assert wer <= 0.04, (name, main_only.text, alone)
 
 
+UNCLEAR_OPENING = "librispeech/test-other/2414-128291-0008.flac"
+CLEAR_RECORDINGS = [speech(f"librispeech/test-clean/1089-134686-000{i}.flac") for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def unclear_opening(tmp_path_factory):
+    """A 3 s English clip base hears as another language (Arabic at 0.16 on an AMD EPYC, which made
+    the whole file Arabic), 35 s of room tone, then three English utterances."""
+    audio, _ = _joined([_utterance(p) for p in [UNCLEAR_OPENING, *CLEAR_RECORDINGS]], 0.0, [35.0, 0.8, 0.8], 0.8)
+    path = tmp_path_factory.mktemp("opening") / "opening.wav"
+    soundfile.write(path, audio, S)
+    return path
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
-def test_a_short_unclear_opening_does_not_decide_the_language_of_the_file(base_pair, tmp_path, mode):
-    """A 3 s English clip base hears as another language (Arabic at 0.16 on an AMD EPYC, which made
-    the whole file Arabic), 35 s of room tone, then three English utterances: the file is English,
-    its text theirs."""
-    opening = _utterance("librispeech/test-other/2414-128291-0008.flac")
-    rest = [speech(f"librispeech/test-clean/1089-134686-000{i}.flac") for i in range(3)]
-    audio, _ = _joined([opening, *(_utterance(p) for p in rest)], 0.0, [35.0, 0.8, 0.8], 0.8)
-    path = tmp_path / "opening.wav"
-    soundfile.write(path, audio, S)
-    result = next(transcribe(base_pair, [path], DecodingOptions(), chunking=MODES[mode]))
+def test_a_short_unclear_opening_does_not_decide_the_language_of_the_file(base_pair, unclear_opening, mode):
+    """The file is English, its text the English utterances'."""
+    result = next(transcribe(base_pair, [unclear_opening], DecodingOptions(), chunking=MODES[mode]))
     assert result.language == "en" and result.language_probability >= 0.5, result.text
-    alone = " ".join(r.text for r in transcribe(base_pair, rest, DecodingOptions(language="en")))
+    alone = " ".join(r.text for r in transcribe(base_pair, CLEAR_RECORDINGS, DecodingOptions(language="en")))
     assert word_error_rate([alone], [result.text], ["en"]) <= 0.1, result.text  # the opening's few words aside
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_detecting_a_files_language_encodes_no_window_twice(base_pair, unclear_opening, mode):
+    """The windows the detection encodes are decoded from those states: the encoder reads as many
+    windows as with the language given, and the text is the same. Speech chunks: the opening is
+    unclear, so the detection reads the chunk after it too. Windows one after another: a clear
+    opening, whose window alone decides (the chunks an unclear one adds are not the windows decoded)."""
+    path = unclear_opening if mode == "vad" else speech(LONG[1])
+    encoded = []
+    hook = base_pair.main.encoder.register_forward_hook(lambda module, args, output: encoded.append(len(output)))
+    try:
+        runs = {}
+        for language in (None, "en"):
+            encoded.clear()
+            result = next(transcribe(base_pair, [path], DecodingOptions(language=language), chunking=MODES[mode]))
+            runs[language] = result, sum(encoded)
+    finally:
+        hook.remove()
+    (detected, detected_windows), (given, given_windows) = runs[None], runs["en"]
+    assert detected.language == "en" and detected.text == given.text
+    assert detected_windows == given_windows, (detected_windows, given_windows)
 
 
 @pytest.mark.slow

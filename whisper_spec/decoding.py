@@ -38,12 +38,13 @@ def auto_drafts(platform: Platform, assistant_cross: CrossStates, batch: int) ->
     return limit is None or batch * assistant_cross[0][0].shape[-2] <= limit
 
 
-def encode_batch(pair: WhisperPair, mel: Tensor, options: DecodingOptions, assistant_mel: Tensor | None = None
-                 ) -> tuple[Encoded, DecodingStats]:
+def encode_batch(pair: WhisperPair, mel: Tensor, options: DecodingOptions, assistant_mel: Tensor | None = None,
+                 known_states: list[Tensor | None] | None = None) -> tuple[Encoded, DecodingStats]:
     """The batch encoded for decoding with these options (the assistant's states only where it takes
-    part), and the batch's stats so far (the encoder's time)."""
+    part; known_states: encoding.encoder_states), and the batch's stats so far (the encoder's time)."""
     stats = DecodingStats(windows=mel.shape[0])
-    return encode(pair, mel, assistant_mel, stats, with_assistant=_assistant(pair, options) is not None), stats
+    with_assistant = _assistant(pair, options) is not None
+    return encode(pair, mel, assistant_mel, stats, with_assistant=with_assistant, known_states=known_states), stats
 
 
 @torch.inference_mode()

@@ -29,10 +29,16 @@ class Encoded:
         return self.main[0][0].shape[0]
 
 
-def encoder_states(model: Whisper, mel: Tensor) -> Tensor:
+def encoder_states(model: Whisper, mel: Tensor, known: list[Tensor | None] | None = None) -> Tensor:
     """The model's encoder states of a batch of windows, [batch, frames, d_model]; one window a
     call where the platform says so (CPU: a window's states then do not depend on the windows
-    beside it, and batching never changes a transcript; decisions, "One encoder window a call on CPU")."""
+    beside it, and batching never changes a transcript; decisions, "One encoder window a call on CPU").
+    known: per row, the window's states where already computed ([1, frames, d_model]; the file's
+    language detection, pipeline._file_language): those rows are not encoded again."""
+    if known is not None and any(k is not None for k in known):
+        missing = [i for i, k in enumerate(known) if k is None]
+        fresh = iter(encoder_states(model, mel[missing]).split(1) if missing else ())
+        return torch.cat([next(fresh) if k is None else k for k in known])
     mel = mel.to(model.decoder.positional_embedding.device)
     if model.encoder.one_window_a_call and len(mel) > 1:
         return torch.cat([model.encoder(window) for window in mel.split(1)])
@@ -71,12 +77,19 @@ def detect_language(model: Whisper, logits: Tensor, candidates: tuple[str, ...] 
 
 
 @torch.inference_mode()
+def states_language_probabilities(pair: WhisperPair, states: Tensor, candidates: tuple[str, ...] | None = None
+                                  ) -> tuple[list[str], Tensor]:
+    """language_probabilities of each window of the main encoder's states (one main decoder step)."""
+    decoder = pair.main.decoder
+    caches = DecoderCaches(decoder.cross_states(states), decoder.new_caches(states.shape[0], 1))
+    return language_probabilities(pair.main, sot_logits(pair.main, caches), candidates)
+
+
+@torch.inference_mode()
 def window_language_probabilities(pair: WhisperPair, mel: Tensor, candidates: tuple[str, ...] | None = None
                                   ) -> tuple[list[str], Tensor]:
     """language_probabilities of each window, from the main model alone (encoder and one decoder step)."""
-    decoder = pair.main.decoder
-    caches = DecoderCaches(decoder.cross_states(encoder_states(pair.main, mel)), decoder.new_caches(mel.shape[0], 1))
-    return language_probabilities(pair.main, sot_logits(pair.main, caches), candidates)
+    return states_language_probabilities(pair, encoder_states(pair.main, mel), candidates)
 
 
 def detect_languages(pair: WhisperPair, mel: Tensor, candidates: tuple[str, ...] | None = None
@@ -109,13 +122,13 @@ def pair_features(pair: WhisperPair, audio: list) -> tuple[Tensor, Tensor | None
 
 
 def encode(pair: WhisperPair, mel: Tensor, assistant_mel: Tensor | None, stats: DecodingStats,
-           with_assistant: bool = True) -> Encoded:
+           with_assistant: bool = True, known_states: list[Tensor | None] | None = None) -> Encoded:
     """Run the encoder(s) once for the batch; the decoders' cross-attention states of it (the main
-    decoder's only, without the assistant)."""
+    decoder's only, without the assistant). known_states: see encoder_states."""
     synchronize(pair.device)
     start = time.perf_counter()
     with torch.inference_mode():
-        states = encoder_states(pair.main, mel)
+        states = encoder_states(pair.main, mel, known_states)
         main = pair.main.decoder.cross_states(states)
         assistant = None
         if pair.assistant is not None and with_assistant:

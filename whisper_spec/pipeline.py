@@ -26,7 +26,7 @@ import torch
 
 from .audio import SAMPLE_RATE, SILENCE_PEAK, AudioError, load_audio, peak
 from .decoding import decode_encoded, encode_batch
-from .encoding import most_likely, pair_features, window_language_probabilities
+from .encoding import encoder_states, most_likely, pair_features, states_language_probabilities
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
 from .results import WindowResult
@@ -112,6 +112,7 @@ class _Window:
     # where kept stops at the start of a last segment the window's end cut off: the end of the segment before it
     closed_end: float | None = None
     segments: list[Segment] | None = None  # as the file's transcript keeps them, on its timeline, once decoded
+    states: torch.Tensor | None = None  # its main encoder states, where its file's language detection made them
 
 
 @dataclass
@@ -231,7 +232,9 @@ class _Job:
             del self.pending[kind]
         mel, assistant_mel = pair_features(pair, [w.audio for w in batch])
         langs = [self.languages.get(self.paths[w.file], options.language) for w in batch]
-        encoded, stats = encode_batch(pair, mel, options, assistant_mel)
+        encoded, stats = encode_batch(pair, mel, options, assistant_mel, [w.states for w in batch])
+        for window in batch:
+            window.states = None
         out, _ = decode_encoded(pair, encoded, replace(options, timestamps=timestamps, prompt=kind.prompt), languages=langs,
                                 seeds=[zlib.crc32(np.ascontiguousarray(w.audio)) for w in batch], stats=stats,
                                 end_floors=[_end_floor(self.files[w.file], w) for w in batch])
@@ -439,22 +442,33 @@ def _skipped(pair: WhisperPair, window: _Window, file: _File) -> tuple[int, int]
     return skipped_stretch(segments, file.voiced, window.start, len(window.audio))
 
 
+@torch.inference_mode()
 def _file_language(pair: WhisperPair, file: _File, first: _Window, chunk: int,
                    candidates: tuple[str, ...] | None) -> tuple[str, float]:
     """A long file's one language and its probability: its first window with sound's most likely,
     unless that is less than LANGUAGE_SURE probable; then the most probable on average over that
     window and the speech chunks after it, LANGUAGE_WINDOWS in all (a short or unclear opening does
-    not decide alone what language an hour is decoded in)."""
-    codes, probabilities = window_language_probabilities(pair, pair_features(pair, [first.audio])[0], candidates)
+    not decide alone what language an hour is decoded in). The windows it encodes keep their
+    encoder states for their batch (_Window.states): no window is encoded twice."""
+    codes, probabilities = _encoded_language(pair, [first], candidates)
     if probabilities.max() < LANGUAGE_SURE:
         after = first.start + len(first.audio)
-        more = [file.audio[a:b] for a, b in plan_chunks(file.speech, chunk) if a >= after]
-        more = [audio for audio in more if not _silent(audio)][: LANGUAGE_WINDOWS - 1]
+        more = ([w for w in file.windows if w.start >= after] if file.chunked else
+                [_Window(first.file, a, file.audio[a:b], 0.0) for a, b in plan_chunks(file.speech, chunk) if a >= after])
+        more = [w for w in more if not _silent(w.audio)][: LANGUAGE_WINDOWS - 1]
         if more:
-            probabilities = torch.cat([probabilities, window_language_probabilities(
-                pair, pair_features(pair, more)[0], candidates)[1]]).mean(dim=0, keepdim=True)
+            probabilities = torch.cat([probabilities, _encoded_language(pair, more, candidates)[1]]).mean(dim=0, keepdim=True)
     (language,), (probability,) = most_likely(codes, probabilities)
     return language, probability
+
+
+def _encoded_language(pair: WhisperPair, windows: list[_Window], candidates: tuple[str, ...] | None
+                      ) -> tuple[list[str], torch.Tensor]:
+    """states_language_probabilities of the windows, each keeping its main encoder states."""
+    states = encoder_states(pair.main, pair_features(pair, [w.audio for w in windows])[0])
+    for window, row in zip(windows, states.split(1)):
+        window.states = row
+    return states_language_probabilities(pair, states, candidates)
 
 
 def _kept_segments(pair: WhisperPair, window: _Window, file: _File, timestamps: bool, loop_ratio: float | None,
