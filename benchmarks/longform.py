@@ -17,6 +17,8 @@ starts and ends (benchmarks/_common.py), against the clips transcribed one by on
 of silence between them, in their language.
 --set tts: the 10 synthetic long recordings (de, en, es, fr, pt, 4-7 min each) against the texts they
 read; no acceptance reported (an assistant may be trained on them).
+--detect-language: the files' languages detected (the command line's default; a long file's on its
+first chunk, more where that is unclear) rather than given, by us and faster-whisper alike.
 WER comes with its word errors by kind (substitutions, deletions, insertions): what a rule about a
 chunk's end trades is seen there.
 
@@ -64,6 +66,8 @@ def main() -> int:
     parser.add_argument("--modes", default="vad,sequential", help="ways of cutting: vad (speech chunks), sequential or both")
     parser.add_argument("--speculation", choices=("auto", "on"), default="auto",
                         help="when speculative configurations draft (DecodingOptions.speculation)")
+    parser.add_argument("--detect-language", action="store_true",
+                        help="detect each file's language rather than give it, as the command line does")
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--dry", action="store_true",
                         help="the script's own check (the test suite runs it): one LibriSpeech chapter, batch 1, no peers")
@@ -79,7 +83,7 @@ def main() -> int:
     if args.dry:
         keep = min((i for i, f in enumerate(files) if f.get("utt_ids")), key=lambda i: files[i]["duration_s"])
         files, paths = [files[keep]], [paths[keep]]
-    languages = {str(path): f["language"] for path, f in zip(paths, files)}
+    languages = {} if args.detect_language else {str(path): f["language"] for path, f in zip(paths, files)}
     ends = {path.name: last_speech(path) for path in paths}  # read once, not per configuration and batch size
     assistant = args.assistant or default_assistant(args.model)
     if assistant is None:
@@ -104,11 +108,11 @@ def main() -> int:
     def peer(name: str, batch: int):
         def run(path: Path) -> tuple[str, None]:
             return peers[name].transcribe_long(load_audio(str(path)), batch, int8=True,
-                                               language=languages[str(path)]), None
+                                               language=languages.get(str(path))), None
         return run
 
     report = {"machine": machine_info(cpu), "model": args.model, "assistant": str(assistant), "set": args.recordings,
-              "speculation": args.speculation,
+              "speculation": args.speculation, "languages_detected": args.detect_language,
               "files": len(paths), "languages": [f["language"] for f in files], "audio_seconds": audio_seconds,
               "results": []}
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
@@ -144,6 +148,8 @@ def main() -> int:
                 if args.recordings != "tts":
                     row["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
                 row["windows"] = sum(s.windows for s in stats)
+                if args.detect_language:
+                    row["language_by_file"] = {path.name: r.language for path, r in zip(paths, results[name])}
                 row["decoded_audio_seconds"] = round(sum(s.audio_seconds for s in stats), 1)
                 row["decoded_audio_ratio"] = round(row["decoded_audio_seconds"] / audio_seconds, 3)
                 row["last_segment_end_minus_last_speech"] = {
