@@ -15,6 +15,7 @@ voice activity detector found.
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from .decoding import decode_encoded, encode_batch
 from .encoding import encoder_states, most_likely, pair_features, states_language_probabilities
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
+from .platform import synchronize
 from .results import WindowResult
 from .segments import END_SLACK_SECONDS, TAIL_SECONDS, Segment, keep_to_speech, once_each, skipped_stretch, window_segments
 from .stats import DecodingStats
@@ -127,6 +129,7 @@ class _File:
     counted: int = 0  # samples reported to on_window, of a file decoded window after window
     announced: int = 0  # windows whose segments went to on_segments
     language_probability: float | None = None  # where its language was detected once for the whole file
+    detection_seconds: float = 0.0  # that detection's, counted with the file's encoder seconds
 
     @property
     def duration(self) -> float:
@@ -205,8 +208,12 @@ class _Job:
             self.languages[path] = language
         elif file.long and pair.main.special.multilingual and sound and not self.chunking.language_per_window:
             # one language for the whole file, as Whisper does: windows decoded apart could disagree
+            synchronize(pair.device)
+            start = time.perf_counter()
             self.languages[path], file.language_probability = _file_language(pair, file, sound[0], self.chunk,
                                                                               options.language_candidates)
+            synchronize(pair.device)
+            file.detection_seconds = time.perf_counter() - start
         kind = _Kind(options.timestamps or file.long, self.prompts.get(path, options.prompt))
         if not file.windows:  # no speech at all
             if self.on_window is not None:
@@ -502,7 +509,8 @@ def _assemble(pair: WhisperPair, file: _File) -> Transcript:
     if probability is None:  # detected on a window: the first that found the file's language
         probability = next((w.result.language_probability for w in file.windows
                             if w.result.language == language and w.result.language_probability is not None), None)
-    stats = DecodingStats(audio_seconds=sum(len(w.audio) for w in file.windows) / SAMPLE_RATE)
+    stats = DecodingStats(audio_seconds=sum(len(w.audio) for w in file.windows) / SAMPLE_RATE,
+                          encoder_seconds=file.detection_seconds)
     for window in file.windows:
         stats.add(window.result.stats)
     return Transcript(file.path, full_text, language, file.duration, segments, stats, probability)
