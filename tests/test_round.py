@@ -137,6 +137,62 @@ def test_a_rows_text_does_not_end_before_its_timestamps_reach_its_end_floor():
     assert torch.equal(logits[2].isfinite(), logits[0].isfinite().index_fill(0, torch.tensor([special.eot]), False))
 
 
+def _rules_one_by_one(rules: LogitRules, logits, tokens, lengths, end_floors):
+    """Whisper's logit rules as openai-whisper and transformers apply them, one masked_fill a rule:
+    the reference LogitRules' single mask a step must equal."""
+    special, vocab, ninf = rules.special, rules.vocab, float("-inf")
+    ts_begin = special.timestamp_begin
+    is_ts_vocab = vocab >= ts_begin
+    logits = logits.masked_fill(torch.isin(vocab, torch.tensor(special.suppress)), ninf)
+    at_begin = (lengths == rules.sample_begin)[:, None]
+    logits = logits.masked_fill(at_begin & torch.isin(vocab, torch.tensor(special.begin_suppress)), ninf)
+    if not rules.timestamps:
+        return logits
+    logits = logits.masked_fill(vocab == special.no_timestamps, ninf)
+    for row in range(len(tokens)):
+        sampled = tokens[row, rules.sample_begin: lengths[row]].tolist()
+        last_ts = len(sampled) >= 1 and sampled[-1] >= ts_begin
+        penultimate_ts = len(sampled) < 2 or sampled[-2] >= ts_begin
+        if last_ts:
+            logits[row] = logits[row].masked_fill(is_ts_vocab if penultimate_ts else vocab < special.eot, ninf)
+        stamps = [t for t in sampled if t >= ts_begin]
+        if stamps:
+            lowest = stamps[-1] if last_ts and not penultimate_ts else stamps[-1] + 1
+            logits[row] = logits[row].masked_fill(is_ts_vocab & (vocab < lowest), ninf)
+        if (stamps[-1] if stamps else ts_begin) < end_floors[row]:
+            logits[row] = logits[row].masked_fill(vocab == special.eot, ninf)
+    logits = logits.masked_fill(at_begin & ~is_ts_vocab, ninf)
+    logits = logits.masked_fill(at_begin & (vocab > ts_begin + special.max_initial_timestamp_index), ninf)
+    logprobs = torch.log_softmax(logits, dim=-1)
+    ts_mass = logprobs[:, rules.first_timestamp:].logsumexp(dim=-1)
+    best_text = logprobs[:, : rules.first_timestamp].max(dim=-1).values
+    return logits.masked_fill((ts_mass > best_text)[:, None] & ~is_ts_vocab, ninf)
+
+
+def test_logit_rules_mask_as_whisper_rule_by_rule():
+    """Random rows of text and timestamps at every length, with and without timestamps, on the whole
+    vocabulary and on a draft vocabulary: the logits equal the rules applied one by one, bit for bit."""
+    special = random_model(0).special
+    ts, n_vocab, begin, ctx = special.timestamp_begin, RANDOM_DIMS.n_vocab, 3, 12
+    generator = torch.Generator().manual_seed(0)
+    for vocab in (None, torch.cat([torch.arange(0, 20), torch.arange(special.eot, n_vocab)])):
+        columns = n_vocab if vocab is None else len(vocab)
+        for timestamps in (True, False):
+            rules = LogitRules(special, n_vocab, begin, timestamps, CPU, vocab)
+            for _ in range(20):
+                n = 16
+                text = torch.randint(0, special.eot, (n, ctx), generator=generator)
+                stamps = torch.randint(ts, n_vocab, (n, ctx), generator=generator).sort(dim=1).values
+                tokens = torch.where(torch.rand(n, ctx, generator=generator) < 0.4, stamps, text)
+                lengths = torch.randint(begin, ctx + 1, (n,), generator=generator)
+                floors = torch.randint(ts, ts + 12, (n,), generator=generator)
+                # the timestamps' total beats every text token in some rows and not in others
+                logits = torch.randn(n, columns, generator=generator) * 3
+                logits[: n // 2, -(n_vocab - ts):] += 2.0
+                assert torch.equal(rules(logits, tokens, lengths, floors),
+                                   _rules_one_by_one(rules, logits, tokens, lengths, floors))
+
+
 def test_logit_rules_are_made_once_per_model_prompt_and_vocabulary():
     """Every pass asks for its rules (decoding._context): the same arguments get the same rules
     object, other arguments (prompt length, timestamps, a draft vocabulary) their own, and the

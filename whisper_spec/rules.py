@@ -34,10 +34,20 @@ class LogitRules:
         self.vocab = torch.arange(n_vocab, device=device) if vocab is None else vocab
         # the timestamps are the last columns
         self.first_timestamp = int(torch.searchsorted(self.vocab, special.timestamp_begin))
-        self.suppress = torch.isin(self.vocab, torch.tensor(special.suppress, dtype=torch.long, device=device))
-        self.begin_suppress = torch.isin(
-            self.vocab, torch.tensor(special.begin_suppress, dtype=torch.long, device=device)
-        )
+        suppress = torch.isin(self.vocab, torch.tensor(special.suppress, dtype=torch.long, device=device))
+        begin_suppress = torch.isin(self.vocab, torch.tensor(special.begin_suppress, dtype=torch.long, device=device))
+        self.is_timestamp = self.vocab >= special.timestamp_begin
+        self.is_text = self.vocab < special.eot
+        self.is_eot = self.vocab == special.eot
+        self.past_vocab = int(self.vocab[-1]) + 1
+        # what every row masks, and what a row at its first sampled position masks besides: the rules
+        # that depend on no row's tokens, precomputed so a step builds one mask (one pass over the logits)
+        self.always = suppress | (self.vocab == special.no_timestamps) if timestamps else suppress
+        self.at_begin = begin_suppress
+        if timestamps:  # the first token is a timestamp, at most max_initial_timestamp_index
+            self.at_begin = self.at_begin | ~self.is_timestamp
+            if special.max_initial_timestamp_index is not None:
+                self.at_begin = self.at_begin | (self.vocab > special.timestamp_begin + special.max_initial_timestamp_index)
 
     @classmethod
     def kept(cls, special: SpecialTokens, n_vocab: int, sample_begin: int, timestamps: bool, device,
@@ -53,20 +63,19 @@ class LogitRules:
         """logits: [N, vocab] for the token after the first lengths[n] tokens of tokens[n] ([N, ctx]);
         end_floors: [N], the timestamp token each row's last timestamp reaches before EOT may follow
         (timestamp_begin: anywhere)."""
-        logits = logits.masked_fill(self.suppress, NEG_INF)
-        at_begin = (lengths == self.sample_begin)[:, None]
-        logits = logits.masked_fill(at_begin & self.begin_suppress, NEG_INF)
-        if self.timestamps:
-            logits = self._timestamp_rules(logits, tokens, lengths, at_begin, end_floors)
-        return logits
+        masked = self.always | ((lengths == self.sample_begin)[:, None] & self.at_begin)
+        if not self.timestamps:
+            return logits.masked_fill(masked, NEG_INF)
+        logits = logits.masked_fill(masked | self._timestamp_order(tokens, lengths, end_floors), NEG_INF)
+        # timestamps forced where their total probability beats every text token
+        logprobs = torch.log_softmax(logits, dim=-1)
+        ts_mass = logprobs[:, self.first_timestamp :].logsumexp(dim=-1)
+        best_text = logprobs[:, : self.first_timestamp].max(dim=-1).values
+        return logits.masked_fill((ts_mass > best_text)[:, None] & ~self.is_timestamp, NEG_INF)
 
-    def _timestamp_rules(self, logits: Tensor, tokens: Tensor, lengths: Tensor, at_begin: Tensor,
-                         end_floors: Tensor) -> Tensor:
-        special, vocab = self.special, self.vocab
-        ts_begin = special.timestamp_begin
-        is_ts_vocab = vocab >= ts_begin
-        logits = logits.masked_fill(vocab == special.no_timestamps, NEG_INF)
-
+    def _timestamp_order(self, tokens: Tensor, lengths: Tensor, end_floors: Tensor) -> Tensor:
+        """[N, vocab]: True where the row's timestamps so far rule the token out."""
+        ts_begin = self.special.timestamp_begin
         cols = torch.arange(tokens.shape[1], device=tokens.device)
         sampled = (cols >= self.sample_begin) & (cols < lengths[:, None])
         is_ts = (tokens >= ts_begin) & sampled
@@ -76,30 +85,19 @@ class LogitRules:
         last_ts = (n_sampled >= 1) & (last >= ts_begin)
         penultimate_ts = (n_sampled < 2) | (penultimate >= ts_begin)
 
-        # timestamps come in pairs, except directly before EOT
-        logits = logits.masked_fill((last_ts & penultimate_ts)[:, None] & is_ts_vocab, NEG_INF)
-        logits = logits.masked_fill((last_ts & ~penultimate_ts)[:, None] & (vocab < special.eot), NEG_INF)
-
         # timestamps never decrease, and a closed segment's end is not repeated as the next start
         last_ts_col = torch.where(is_ts, cols, -1).amax(dim=1)
         last_ts_token = tokens.gather(1, last_ts_col.clamp(min=0)[:, None])[:, 0]
         lowest = torch.where(last_ts & ~penultimate_ts, last_ts_token, last_ts_token + 1)
         lowest = torch.where(last_ts_col >= 0, lowest, ts_begin)
-        logits = logits.masked_fill(is_ts_vocab & (vocab < lowest[:, None]), NEG_INF)
+        # timestamps come in pairs, except directly before EOT: none after a pair, text none after a lone one
+        lowest = torch.where(last_ts & penultimate_ts, self.past_vocab, lowest)
+        masked = self.is_timestamp & (self.vocab < lowest[:, None])
+        masked = masked | ((last_ts & ~penultimate_ts)[:, None] & self.is_text)
 
         # an EOT before the floor would leave speech undecoded; a timestamp at or past it is always open
         short = torch.where(last_ts_col >= 0, last_ts_token, ts_begin) < end_floors
-        logits = logits.masked_fill(short[:, None] & (vocab == special.eot), NEG_INF)
-
-        logits = logits.masked_fill(at_begin & ~is_ts_vocab, NEG_INF)
-        if special.max_initial_timestamp_index is not None:
-            late = vocab > ts_begin + special.max_initial_timestamp_index
-            logits = logits.masked_fill(at_begin & late, NEG_INF)
-
-        logprobs = torch.log_softmax(logits, dim=-1)
-        ts_mass = logprobs[:, self.first_timestamp :].logsumexp(dim=-1)
-        best_text = logprobs[:, : self.first_timestamp].max(dim=-1).values
-        return logits.masked_fill((ts_mass > best_text)[:, None] & ~is_ts_vocab, NEG_INF)
+        return masked | (short[:, None] & self.is_eot)
 
 
 _KEPT: Kept[LogitRules] = Kept(KEPT_RULES)
