@@ -28,7 +28,7 @@ def self_attention_caches(decoder: Decoder, batch: int, n_ctx: int) -> list[KVCa
     """Self-attention caches of this shape: the decoder's last ones of that shape where it has them
     (zeroing new ones costs a little each batch; CUDA graphs captured on them read them where they
     are). Stale entries are harmless: attention masks every position past a row's own."""
-    return _kept(_KEPT_CACHES, decoder, (batch, n_ctx), lambda: decoder.new_caches(batch, n_ctx))
+    return _kept(_KEPT_CACHES, decoder, (batch, n_ctx, decoder.cache_dtype), lambda: decoder.new_caches(batch, n_ctx))
 
 
 def kept_cache_length(decoder: Decoder) -> int | None:

@@ -206,8 +206,9 @@ def onednn_packed(weight: Tensor) -> Tensor | None:
 
 def prepare(module: nn.Module, device: torch.device) -> None:
     """Set a loaded encoder's or decoder's modules up for the device: a decoder's float32 CPU
-    linears packed for oneDNN and its keys and values in float32 on CPU (whose half-precision
-    batched matmuls are unvectorised); off CPU (where no call is row-invariant anyway) its
+    linears packed for oneDNN and its keys and values in float32 on CPU (half-precision batched
+    matmuls are unvectorised without bfloat16 instructions; a main decoder's may then go bfloat16,
+    main_attention_dtype); off CPU (where no call is row-invariant anyway) its
     cross-attention through flash attention where that runs and its vocabulary projection's rows
     aligned; a CPU encoder run one window a call. Idempotent; a packed copy does not follow later
     changes to its weight."""
@@ -286,17 +287,36 @@ def linear_rows(linear: Linear, dtype: torch.dtype) -> int | None:
 
 
 @functools.cache
-def query_rows() -> int:
-    """The fewest query rows from which this CPU's float32 batched matmuls compute every row alike
+def query_rows(dtype: torch.dtype = torch.float32) -> int:
+    """The fewest query rows from which this CPU's batched matmuls in dtype compute every row alike
     whatever the row count; 0 where none up to 16 does (attention then goes a query at a time).
     Probed on the attention's shapes in a one-window step (8 heads of 64, a window of keys, base's
     cache), with this process's threads."""
     generator = torch.Generator().manual_seed(0)
-    queries = torch.randn(8, 18, 64, generator=generator)
-    keys_values = [torch.randn(2, 8, n_keys, 64, generator=generator) for n_keys in (465, 1500)]
+    queries = torch.randn(8, 18, 64, generator=generator).to(dtype)
+    keys_values = [torch.randn(2, 8, n_keys, 64, generator=generator).to(dtype) for n_keys in (465, 1500)]
     rows = fewest_rows_alike(lambda q, min_queries: torch.cat(
         [attend(q, k, v, None, min_queries) for k, v in keys_values], dim=-1), queries)
     return rows or 0
+
+
+def cpu_bfloat16_attention() -> bool:
+    """Whether attention in bfloat16 runs fast on this CPU: ATen's AVX-512 kernels, and bfloat16
+    dot-product instructions (AVX512_BF16, which AMX CPUs have too) for oneDNN's batched matmuls."""
+    probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    return torch.backends.cpu.get_cpu_capability() == "AVX512" and bool(probe and probe())
+
+
+def main_attention_dtype(decoder: Decoder, device: torch.device) -> torch.dtype | None:
+    """The main decoder's attention dtype: on CPU bfloat16 where the decoder computes in bfloat16,
+    the CPU runs bfloat16 attention fast (cpu_bfloat16_attention) and padded queries make it
+    row-invariant, as a window's keys and values are then read at half the bytes; else as prepare
+    set it. An assistant keeps prepare's: its one-query steps are no faster in bfloat16. Decisions,
+    "bfloat16 attention in the main decoder on CPU"."""
+    if (device.type == "cpu" and decoder.dtype == torch.bfloat16 and cpu_bfloat16_attention()
+            and query_rows(torch.bfloat16)):
+        return torch.bfloat16
+    return decoder.attention_dtype
 
 
 def make_row_invariant(decoder: Decoder, device: torch.device) -> bool:
@@ -314,7 +334,7 @@ def make_row_invariant(decoder: Decoder, device: torch.device) -> bool:
     for linear, n in zip(linears, rows):
         if isinstance(linear, Linear):
             linear.pad_rows = n
-    decoder.exact_queries = query_rows()
+    decoder.exact_queries = query_rows(decoder.cache_dtype)
     return True
 
 
@@ -344,6 +364,7 @@ def resolve(main: Decoder, assistant: Decoder | None, device: torch.device) -> P
     for decoder in (main, assistant):
         if decoder is not None:
             prepare(decoder, device)
+    main.attention_dtype = main_attention_dtype(main, device)
     kind = device_kind(device)
     precision = "int8" if isinstance(main.blocks[0].mlp.fc1, Int8Linear) else "float"
     return Platform(kind=kind, row_invariant=make_row_invariant(main, device), cuda_graphs=device.type == "cuda",

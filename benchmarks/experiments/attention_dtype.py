@@ -1,0 +1,112 @@
+"""Which dtype the decoders' attention should run in on a CPU, measured in one run: one pair (the
+command line's defaults: int8 decoders on bfloat16 rows, the shipped assistant), its attention
+switched between
+- "float32": both decoders in float32 (the default before platform.main_attention_dtype),
+- "bfloat16 main": the main decoder's keys, values and products in bfloat16, the assistant's in float32,
+- "bfloat16 both": the assistant's in bfloat16 too.
+Each configuration's queries are padded as query_rows finds for its dtype (row invariance).
+
+Per batch of clips, for each batch size: the batch is encoded once, each configuration computes its
+cross-attention keys and values from those encoder states, then decodes main-only and speculative
+(drafting in every round), the configurations and policies in an order rotated batch by batch so
+that the machine's drifts weigh on all alike. Reports decoding seconds, whether speculative equals
+main-only in each configuration (it must), WER per configuration and set, and how many transcripts
+differ from float32's.
+
+    python benchmarks/experiments/attention_dtype.py --sets librispeech,fleurs_de,fleurs_fr --batch-sizes 1,4 \
+        --output benchmarks/results/attention_dtype_epyc_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/_common.py
+from _common import SPEECH, command_line_pair, manifest_rows, write_report  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from whisper_spec.audio import batch_features, load_audio  # noqa: E402
+from whisper_spec.bench.metrics import machine_info, word_error_rate  # noqa: E402
+from whisper_spec.decoding import decode_encoded  # noqa: E402
+from whisper_spec.encoding import encode, encoder_states  # noqa: E402
+from whisper_spec.options import DecodingOptions  # noqa: E402
+from whisper_spec.pair import decoder_precision  # noqa: E402
+from whisper_spec.platform import query_rows  # noqa: E402
+from whisper_spec.stats import DecodingStats  # noqa: E402
+
+CONFIGS = {"float32": (torch.float32, torch.float32), "bfloat16 main": (torch.bfloat16, torch.float32),
+           "bfloat16 both": (torch.bfloat16, torch.bfloat16)}  # (main, assistant) attention dtypes
+POLICIES = ("off", "on")
+
+
+def _configure(pair, config: str) -> None:
+    main, assistant = CONFIGS[config]
+    pair.main.decoder.attention_dtype = main
+    pair.main.decoder.exact_queries = query_rows(main)
+    pair.assistant.decoder.attention_dtype = assistant
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sets", default="librispeech", help="manifest sets, comma-separated")
+    parser.add_argument("--batch-sizes", default="1,4")
+    parser.add_argument("--limit", type=int, default=None, help="first N clips of each set")
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args()
+
+    pair = command_line_pair()
+    if not pair.platform.row_invariant:
+        raise SystemExit("this CPU's decoder kernels are not row-invariant: attention dtype is not what decides here")
+    report = {"machine": machine_info(pair.device), "main": decoder_precision(pair.main),
+              "assistant": decoder_precision(pair.assistant), "default_main_attention": str(pair.main.decoder.cache_dtype),
+              "query_rows": {str(dtype): query_rows(dtype) for dtype in (torch.float32, torch.bfloat16)}, "sets": {}}
+    runs = [(config, policy) for config in CONFIGS for policy in POLICIES]
+    for name in args.sets.split(","):
+        rows = [r for r in manifest_rows() if r["set"] == name][: args.limit]
+        mels = [batch_features([load_audio(SPEECH / r["path"])], pair.main.dims.n_mels) for r in rows]
+        report["sets"][name] = by_batch = {}
+        for batch_size in (int(b) for b in args.batch_sizes.split(",")):
+            seconds = dict.fromkeys(runs, 0.0)
+            tokens = {run: [] for run in runs}
+            batches = range(0, len(rows), batch_size)
+            for i, start in enumerate(tqdm(batches, desc=f"{name}, batch {batch_size}", unit="batch")):
+                languages = [r["language"] for r in rows[start : start + batch_size]]
+                mel = torch.cat(mels[start : start + batch_size])
+                with torch.inference_mode():
+                    states = list(encoder_states(pair.main, mel).split(1))
+                encoded = {}
+                for config in CONFIGS:
+                    _configure(pair, config)
+                    encoded[config] = encode(pair, mel, None, DecodingStats(), known_states=states)
+                if i == 0:  # warm-up of each configuration's shapes
+                    for config, policy in runs:
+                        _configure(pair, config)
+                        decode_encoded(pair, encoded[config], DecodingOptions(speculation=policy), languages=languages)
+                for config, policy in runs[i % len(runs) :] + runs[: i % len(runs)]:
+                    _configure(pair, config)
+                    results, stats = decode_encoded(pair, encoded[config], DecodingOptions(speculation=policy),
+                                                    languages=languages)
+                    seconds[config, policy] += stats.decoding_seconds
+                    tokens[config, policy] += [r.tokens for r in results]
+            eot = pair.main.special.eot
+            texts = {config: [pair.main.tokenizer.decode([t for t in ts if t < eot]) for ts in tokens[config, "off"]]
+                     for config in CONFIGS}
+            by_batch[batch_size] = {
+                config: {"decoding_seconds": {policy: round(seconds[config, policy], 2) for policy in POLICIES},
+                         "speculative_over_main_only": round(seconds[config, "off"] / seconds[config, "on"], 3),
+                         "speculative_identical_to_main_only": tokens[config, "on"] == tokens[config, "off"],
+                         "wer": round(100 * word_error_rate([r["text"] for r in rows], texts[config],
+                                                            [r["language"] for r in rows]), 2),
+                         "transcripts_differing_from_float32": sum(
+                             a != b for a, b in zip(tokens[config, "off"], tokens["float32", "off"]))}
+                for config in CONFIGS}
+        report["sets"][name]["clips"] = len(rows)
+    return write_report(report, args.output)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
