@@ -34,41 +34,23 @@ def test_the_main_decoder_is_made_row_invariant_where_every_probe_finds_padding(
     assert not main.flash_cross_attention and not assistant.flash_cross_attention
 
 
-def _bfloat16_pair():
+def test_an_assistant_sharing_the_main_decoders_cross_states_reads_them_in_its_own_attention_dtype():
+    """As where the main decoder's attention runs in bfloat16 (benchmarks/experiments/attention_dtype.py)
+    and the assistant's in float32."""
     main = random_model(0)
     assistant = perturbed_decoder(main, 0.05, seed=1)
     for model in (main, assistant):
         model.decoder.to(torch.bfloat16)
-    return WhisperPair(main, assistant, CPU, torch.bfloat16)
-
-
-@pytest.mark.parametrize("fast_bfloat16", [True, False])
-def test_a_bfloat16_main_decoder_attends_in_bfloat16_where_the_cpu_runs_it_fast_and_row_invariant(
-        fast_bfloat16, monkeypatch):
-    if fast_bfloat16 and not platform.cpu_bfloat16_attention():
-        pytest.skip("this CPU has no fast bfloat16 attention: the float32 case below is what runs here")
-    monkeypatch.setattr(platform, "cpu_bfloat16_attention", lambda: fast_bfloat16)
-    pair = _bfloat16_pair()
+    pair = WhisperPair(main, assistant, CPU, torch.bfloat16)
     main, assistant = pair.main.decoder, pair.assistant.decoder
-    bfloat16 = fast_bfloat16 and platform.query_rows(torch.bfloat16) > 0
-    assert main.cache_dtype == (torch.bfloat16 if bfloat16 else torch.float32)
-    assert assistant.cache_dtype == torch.float32  # its one-query steps: no faster in bfloat16
-    if pair.platform.row_invariant:
-        assert main.exact_queries == platform.query_rows(main.cache_dtype)
-    # a float32 main decoder keeps float32 attention wherever it runs
-    assert platform.main_attention_dtype(_pair().main.decoder, CPU) == torch.float32
-
-
-def test_an_assistant_sharing_bfloat16_cross_states_reads_them_in_its_own_dtype(monkeypatch):
-    monkeypatch.setattr(platform, "cpu_bfloat16_attention", lambda: True)
-    pair = _bfloat16_pair()
-    main, assistant = pair.main.decoder, pair.assistant.decoder
-    main.attention_dtype = torch.bfloat16  # as on a CPU whose probe found bfloat16 attention row-invariant
+    main.attention_dtype = torch.bfloat16
     assistant.cross_source = list(range(len(assistant.blocks)))
     with torch.inference_mode():
         main_cross = main.cross_states(torch.randn(1, pair.main.dims.n_audio_ctx, pair.main.dims.d_model))
         shared = assistant.cross_states(None, main=main_cross, n_frames=7)
+    assert assistant.cache_dtype == torch.float32
     for (k, v), (main_k, main_v) in zip(shared, main_cross):
+        assert main_k.dtype == torch.bfloat16
         assert k.dtype == v.dtype == torch.float32 and k.is_contiguous()
         assert torch.equal(k, main_k[:, :, :7].float()) and torch.equal(v, main_v[:, :, :7].float())
 

@@ -377,7 +377,7 @@ class Decoder(nn.Module):
         # queries padded to this many for row-invariant attention (platform.make_row_invariant; 0: one
         # product a query), None: the main decoder on a device without row invariance, or an assistant
         self.exact_queries: int | None = None
-        self.attention_dtype: torch.dtype | None = None  # keys, values and attention; None: the activation dtype (platform.prepare, main_attention_dtype)
+        self.attention_dtype: torch.dtype | None = None  # keys, values and attention; None: the activation dtype (platform.prepare)
         # cross-attention through flash attention's kernel (split over the frames), where written out it is
         # seven: only where every main call has one shape, as its result depends on the shape, and flash
         # runs (platform.prepare: CUDA, half precision); decisions, "Flash cross-attention on GPUs"
@@ -405,7 +405,7 @@ class Decoder(nn.Module):
         (an assistant skipping the padding after the audio)."""
         if main is not None and self.cross_source is not None:
             # contiguous: one memory layout for a compiled draft step; in its own attention dtype, which
-            # may not be the main decoder's (platform.main_attention_dtype)
+            # need not be the main decoder's
             return [tuple(t[:, :, :n_frames].to(self.cache_dtype).contiguous() for t in main[layer])
                     for layer in self.cross_source]
         encoder_states = encoder_states[:, :n_frames].to(self.dtype)

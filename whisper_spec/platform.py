@@ -207,10 +207,10 @@ def onednn_packed(weight: Tensor) -> Tensor | None:
 def prepare(module: nn.Module, device: torch.device) -> None:
     """Set a loaded encoder's or decoder's modules up for the device: a decoder's float32 CPU
     linears packed for oneDNN and its keys and values in float32 on CPU (half-precision batched
-    matmuls are unvectorised without bfloat16 instructions; a main decoder's may then go bfloat16,
-    main_attention_dtype); off CPU (where no call is row-invariant anyway) its
-    cross-attention through flash attention where that runs and its vocabulary projection's rows
-    aligned; a CPU encoder run one window a call. Idempotent; a packed copy does not follow later
+    matmuls are unvectorised without bfloat16 instructions, and with them round the attention
+    scores: decisions, "Attention stays float32 on CPU"); off CPU (where no call is row-invariant
+    anyway) its cross-attention through flash attention where that runs and its vocabulary
+    projection's rows aligned; a CPU encoder run one window a call. Idempotent; a packed copy does not follow later
     changes to its weight."""
     cpu = device.type == "cpu"
     for part in module.modules():
@@ -300,25 +300,6 @@ def query_rows(dtype: torch.dtype = torch.float32) -> int:
     return rows or 0
 
 
-def cpu_bfloat16_attention() -> bool:
-    """Whether attention in bfloat16 runs fast on this CPU: ATen's AVX-512 kernels, and bfloat16
-    dot-product instructions (AVX512_BF16, which AMX CPUs have too) for oneDNN's batched matmuls."""
-    probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
-    return torch.backends.cpu.get_cpu_capability() == "AVX512" and bool(probe and probe())
-
-
-def main_attention_dtype(decoder: Decoder, device: torch.device) -> torch.dtype | None:
-    """The main decoder's attention dtype: on CPU bfloat16 where the decoder computes in bfloat16,
-    the CPU runs bfloat16 attention fast (cpu_bfloat16_attention) and padded queries make it
-    row-invariant, as a window's keys and values are then read at half the bytes; else as prepare
-    set it. An assistant keeps prepare's: its one-query steps are no faster in bfloat16. Decisions,
-    "bfloat16 attention in the main decoder on CPU"."""
-    if (device.type == "cpu" and decoder.dtype == torch.bfloat16 and cpu_bfloat16_attention()
-            and query_rows(torch.bfloat16)):
-        return torch.bfloat16
-    return decoder.attention_dtype
-
-
 def make_row_invariant(decoder: Decoder, device: torch.device) -> bool:
     """Where a decoder position's result can be made not to depend on how many positions and rows
     share a call (CPU: each linear padded to the rows its kernel needs, attention's queries padded),
@@ -364,7 +345,6 @@ def resolve(main: Decoder, assistant: Decoder | None, device: torch.device) -> P
     for decoder in (main, assistant):
         if decoder is not None:
             prepare(decoder, device)
-    main.attention_dtype = main_attention_dtype(main, device)
     kind = device_kind(device)
     precision = "int8" if isinstance(main.blocks[0].mlp.fc1, Int8Linear) else "float"
     return Platform(kind=kind, row_invariant=make_row_invariant(main, device), cuda_graphs=device.type == "cuda",

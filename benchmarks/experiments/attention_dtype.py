@@ -1,7 +1,7 @@
 """Which dtype the decoders' attention should run in on a CPU, measured in one run: one pair (the
 command line's defaults: int8 decoders on bfloat16 rows, the shipped assistant), its attention
 switched between
-- "float32": both decoders in float32 (the default before platform.main_attention_dtype),
+- "float32": both decoders in float32 (the default),
 - "bfloat16 main": the main decoder's keys, values and products in bfloat16, the assistant's in float32,
 - "bfloat16 both": the assistant's in bfloat16 too.
 Each configuration's queries are padded as query_rows finds for its dtype (row invariance).
@@ -10,17 +10,22 @@ Per batch of clips, for each batch size: the batch is encoded once, each configu
 cross-attention keys and values from those encoder states, then decodes main-only and speculative
 (drafting in every round), the configurations and policies in an order rotated batch by batch so
 that the machine's drifts weigh on all alike. Reports decoding seconds, whether speculative equals
-main-only in each configuration (it must), WER per configuration and set, and how many transcripts
-differ from float32's.
+main-only in each configuration (it must), WER per configuration and set, how many transcripts
+differ from float32's, and how many windows' greedy text failed the fallback checks (a loop) and was
+decoded again at a higher temperature. --windows: each recording cut into consecutive 30 s windows, decoded with
+timestamps, as the long-audio pipeline decodes full windows (no WER: no reference text a window).
 
-    python benchmarks/experiments/attention_dtype.py --sets librispeech,fleurs_de,fleurs_fr --batch-sizes 1,4 \
-        --output benchmarks/results/attention_dtype_epyc_cpu.json
+    python benchmarks/experiments/attention_dtype.py --sets librispeech,fleurs_de,fleurs_es,fleurs_fr,fleurs_pt,fleurs_en \
+        --batch-sizes 1,4 --output benchmarks/results/attention_dtype_epyc_cpu/attention_dtype.json
+    python benchmarks/experiments/attention_dtype.py --sets longform --windows --batch-sizes 4 \
+        --output benchmarks/results/attention_dtype_epyc_cpu/attention_dtype_longform_windows.json
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -29,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/_comm
 from _common import SPEECH, command_line_pair, manifest_rows, write_report  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from whisper_spec.audio import batch_features, load_audio  # noqa: E402
+from whisper_spec.audio import N_SAMPLES, batch_features, load_audio  # noqa: E402
 from whisper_spec.bench.metrics import machine_info, word_error_rate  # noqa: E402
 from whisper_spec.decoding import decode_encoded  # noqa: E402
 from whisper_spec.encoding import encode, encoder_states  # noqa: E402
@@ -55,6 +60,8 @@ def main() -> int:
     parser.add_argument("--sets", default="librispeech", help="manifest sets, comma-separated")
     parser.add_argument("--batch-sizes", default="1,4")
     parser.add_argument("--limit", type=int, default=None, help="first N clips of each set")
+    parser.add_argument("--windows", action="store_true",
+                        help="cut each clip into consecutive 30 s windows, decoded with timestamps as long audio is")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
 
@@ -67,11 +74,17 @@ def main() -> int:
     runs = [(config, policy) for config in CONFIGS for policy in POLICIES]
     for name in args.sets.split(","):
         rows = [r for r in manifest_rows() if r["set"] == name][: args.limit]
-        mels = [batch_features([load_audio(SPEECH / r["path"])], pair.main.dims.n_mels) for r in rows]
+        clips = [load_audio(SPEECH / r["path"]) for r in rows]
+        if args.windows:  # no reference text a window: WER is not reported
+            rows = [{"language": r["language"], "text": None} for r, clip in zip(rows, clips) for _ in range(0, len(clip), N_SAMPLES)]
+            clips = [clip[start : start + N_SAMPLES] for clip in clips for start in range(0, len(clip), N_SAMPLES)]
+        mels = [batch_features([clip], pair.main.dims.n_mels) for clip in clips]
+        options = DecodingOptions(timestamps=args.windows)
         report["sets"][name] = by_batch = {}
         for batch_size in (int(b) for b in args.batch_sizes.split(",")):
             seconds = dict.fromkeys(runs, 0.0)
             tokens = {run: [] for run in runs}
+            fallbacks = dict.fromkeys(runs, 0)  # windows whose greedy text failed the checks (a loop): decoded again, sampling
             batches = range(0, len(rows), batch_size)
             for i, start in enumerate(tqdm(batches, desc=f"{name}, batch {batch_size}", unit="batch")):
                 languages = [r["language"] for r in rows[start : start + batch_size]]
@@ -85,13 +98,14 @@ def main() -> int:
                 if i == 0:  # warm-up of each configuration's shapes
                     for config, policy in runs:
                         _configure(pair, config)
-                        decode_encoded(pair, encoded[config], DecodingOptions(speculation=policy), languages=languages)
+                        decode_encoded(pair, encoded[config], replace(options, speculation=policy), languages=languages)
                 for config, policy in runs[i % len(runs) :] + runs[: i % len(runs)]:
                     _configure(pair, config)
-                    results, stats = decode_encoded(pair, encoded[config], DecodingOptions(speculation=policy),
+                    results, stats = decode_encoded(pair, encoded[config], replace(options, speculation=policy),
                                                     languages=languages)
                     seconds[config, policy] += stats.decoding_seconds
                     tokens[config, policy] += [r.tokens for r in results]
+                    fallbacks[config, policy] += sum(r.temperature > 0 for r in results)
             eot = pair.main.special.eot
             texts = {config: [pair.main.tokenizer.decode([t for t in ts if t < eot]) for ts in tokens[config, "off"]]
                      for config in CONFIGS}
@@ -99,12 +113,13 @@ def main() -> int:
                 config: {"decoding_seconds": {policy: round(seconds[config, policy], 2) for policy in POLICIES},
                          "speculative_over_main_only": round(seconds[config, "off"] / seconds[config, "on"], 3),
                          "speculative_identical_to_main_only": tokens[config, "on"] == tokens[config, "off"],
-                         "wer": round(100 * word_error_rate([r["text"] for r in rows], texts[config],
-                                                            [r["language"] for r in rows]), 2),
+                         "temperature_fallbacks": fallbacks[config, "off"],
+                         "wer": None if args.windows else round(100 * word_error_rate(
+                             [r["text"] for r in rows], texts[config], [r["language"] for r in rows]), 2),
                          "transcripts_differing_from_float32": sum(
                              a != b for a, b in zip(tokens[config, "off"], tokens["float32", "off"]))}
                 for config in CONFIGS}
-        report["sets"][name]["clips"] = len(rows)
+        report["sets"][name]["clips" if not args.windows else "windows"] = len(rows)
     return write_report(report, args.output)
 
 
