@@ -210,8 +210,8 @@ def prepare(module: nn.Module, device: torch.device) -> None:
     matmuls are unvectorised without bfloat16 instructions, and with them round the attention
     scores: decisions, "Attention stays float32 on CPU"); off CPU (where no call is row-invariant
     anyway) its cross-attention through flash attention where that runs and its vocabulary
-    projection's rows aligned; a CPU encoder run one window a call. Idempotent; a packed copy does not follow later
-    changes to its weight."""
+    projection's rows aligned; a CPU encoder run one window a call. Idempotent; a packed copy does
+    not follow later changes to its weight."""
     cpu = device.type == "cpu"
     for part in module.modules():
         if isinstance(part, Decoder):

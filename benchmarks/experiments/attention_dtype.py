@@ -12,8 +12,9 @@ cross-attention keys and values from those encoder states, then decodes main-onl
 that the machine's drifts weigh on all alike. Reports decoding seconds, whether speculative equals
 main-only in each configuration (it must), WER per configuration and set, how many transcripts
 differ from float32's, and how many windows' greedy text failed the fallback checks (a loop) and was
-decoded again at a higher temperature. --windows: each recording cut into consecutive 30 s windows, decoded with
-timestamps, as the long-audio pipeline decodes full windows (no WER: no reference text a window).
+decoded again at a higher temperature. --windows: each recording cut into consecutive 30 s windows,
+decoded with timestamps, as the long-audio pipeline decodes full windows (no WER: no reference text
+a window). Decisions, "Attention stays float32 on CPU".
 
     python benchmarks/experiments/attention_dtype.py --sets librispeech,fleurs_de,fleurs_es,fleurs_fr,fleurs_pt,fleurs_en \
         --batch-sizes 1,4 --output benchmarks/results/attention_dtype_epyc_cpu/attention_dtype.json
