@@ -65,11 +65,12 @@ def test_fixed_shape_rounds_give_the_row_invariant_tokens_in_both_modes(name, ba
 
 
 def flash_cross_attention(pair: WhisperPair) -> WhisperPair:
-    """fixed_shapes(pair, 2) with its decoders' cross-attention through flash attention and their
-    vocabulary rows aligned, as on a GPU (platform.prepare)."""
+    """fixed_shapes(pair, 2) with its decoders' cross-attention through flash attention, their keys
+    row-major as flash's kernel reads them, and their vocabulary rows aligned, as on a GPU
+    (platform.prepare)."""
     fixed = fixed_shapes(pair, 2)
     for decoder in (pair.main.decoder, pair.assistant.decoder):
-        decoder.flash_cross_attention = True
+        decoder.flash_cross_attention, decoder.transposed_keys = True, False
         decoder.proj_out = Linear.of(decoder.token_embedding.weight)  # tied, as load.build_decoder makes it
         decoder.align_vocab_rows()
     return fixed
@@ -116,6 +117,7 @@ def test_flash_cross_attention_computes_the_written_out_attention():
     """Decoder steps with cross-attention through flash attention and written out: the same logits
     up to rounding (the audio's frames do matter: other audio, other logits)."""
     decoder = random_model(0).decoder
+    decoder.transposed_keys = False  # as flash's kernel reads them (platform.prepare)
     torch.manual_seed(1)
     tokens = torch.randint(0, decoder.dims.n_vocab, (3, 4))
     positions = torch.tensor([[5, 6, 7, 8], [0, 1, 2, 3], [9, 10, 11, 12]])

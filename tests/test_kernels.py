@@ -29,7 +29,7 @@ dims = ModelDims(n_mels=80, n_vocab=1001, d_model=512, n_audio_ctx=1500, n_audio
 state = {k: torch.randn_like(v) * 0.05 for k, v in Decoder(dims).state_dict().items()}
 encoder_states = torch.randn(3, 1500, 512)
 all_tokens = torch.randint(0, 1001, (3, 9))
-padding = query_rows()
+padding = query_rows(torch.float32, transposed_keys=True)  # as platform.prepare lays out CPU keys
 fixed = set()
 # attention's queries padded as the probe found, then (as where no padding suffices) a query at a time
 for queries in (padding, 0):
@@ -40,6 +40,7 @@ for queries in (padding, 0):
         if not make_row_invariant(decoder, torch.device("cpu")):  # no padding found: decoding takes fixed shapes
             fixed.add(name)
             continue
+        assert decoder.transposed_keys
         decoder.exact_queries = queries
         # batch 1 too: its one-token steps are the one-row products, which kernels sum apart
         for batch in (1, 3):

@@ -26,7 +26,7 @@ def test_the_main_decoder_is_made_row_invariant_where_every_probe_finds_padding(
     assert pair.platform.row_invariant == all(n is not None for n in rows)
     if pair.platform.row_invariant:
         assert [m.pad_rows for m in linears] == rows
-        assert main.exact_queries == platform.query_rows(main.cache_dtype)
+        assert main.exact_queries == platform.query_rows(main.cache_dtype, main.transposed_keys)
     # an assistant's drafts need not be exact: none of its own linears is padded, its attention is plain
     assert all(m.pad_rows == 0 for m in assistant.modules() if isinstance(m, Linear))
     assert assistant.exact_queries is None
@@ -51,7 +51,9 @@ def test_an_assistant_sharing_the_main_decoders_cross_states_reads_them_in_its_o
     assert assistant.cache_dtype == torch.float32
     for (k, v), (main_k, main_v) in zip(shared, main_cross):
         assert main_k.dtype == torch.bfloat16
-        assert k.dtype == v.dtype == torch.float32 and k.is_contiguous()
+        assert k.dtype == v.dtype == torch.float32 and v.is_contiguous()
+        # dense in the assistant's own key layout (model.keys_in_memory), whatever slice of the main's it is
+        assert (k.transpose(-1, -2) if assistant.transposed_keys else k).is_contiguous()
         assert torch.equal(k, main_k[:, :, :7].float()) and torch.equal(v, main_v[:, :, :7].float())
 
 

@@ -25,10 +25,12 @@ def _kept(store: weakref.WeakKeyDictionary, decoder: Decoder, shape: tuple, make
 
 
 def self_attention_caches(decoder: Decoder, batch: int, n_ctx: int) -> list[KVCache]:
-    """Self-attention caches of this shape: the decoder's last ones of that shape where it has them
-    (zeroing new ones costs a little each batch; CUDA graphs captured on them read them where they
-    are). Stale entries are harmless: attention masks every position past a row's own."""
-    return _kept(_KEPT_CACHES, decoder, (batch, n_ctx, decoder.cache_dtype), lambda: decoder.new_caches(batch, n_ctx))
+    """Self-attention caches of this shape: the decoder's last ones of that shape, dtype and key
+    layout where it has them (zeroing new ones costs a little each batch; CUDA graphs captured on
+    them read them where they are). Stale entries are harmless: attention masks every position past
+    a row's own."""
+    key = (batch, n_ctx, decoder.cache_dtype, decoder.transposed_keys)
+    return _kept(_KEPT_CACHES, decoder, key, lambda: decoder.new_caches(batch, n_ctx))
 
 
 def kept_cache_length(decoder: Decoder) -> int | None:

@@ -185,10 +185,13 @@ class KVCache:
     v: Tensor
 
     @classmethod
-    def empty(cls, batch: int, n_head: int, n_ctx: int, head_dim: int, dtype, device) -> "KVCache":
+    def empty(cls, batch: int, n_head: int, n_ctx: int, head_dim: int, dtype, device,
+              transposed_keys: bool = False) -> "KVCache":
+        """transposed_keys: keys stored head_dim-major (keys_in_memory)."""
         # zeros, not torch.empty: a masked position's value still enters attention's product (times 0)
         shape = (batch, n_head, n_ctx, head_dim)
-        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        keys = torch.zeros(shape, dtype=dtype, device=device)
+        return cls(keys_in_memory(keys, transposed_keys), torch.zeros(shape, dtype=dtype, device=device))
 
     def write(self, positions: Tensor, k: Tensor, v: Tensor) -> None:
         """positions: [batch, T]; k, v: [batch, head, T, head_dim]."""
@@ -220,6 +223,16 @@ class DecoderCaches:
         """Every tensor a call reads or writes: the self-attention caches', then the cross-attention states."""
         caches = self.self_attention or []
         return [t for c in caches for t in (c.k, c.v)] + [t for kv in self.cross for t in kv]
+
+
+def keys_in_memory(keys: Tensor, transposed: bool) -> Tensor:
+    """keys [..., positions, head_dim] as a dense tensor of that shape, stored head_dim-major where
+    transposed (k^T contiguous: attention's q k^T then reads them in rows, twice as fast on CPU;
+    decisions, "Keys stored transposed on CPU"), else row-major. Slices, row selections, clones
+    and dtype conversions keep the layout; .contiguous() does not."""
+    if transposed:
+        return keys.transpose(-1, -2).contiguous().transpose(-1, -2)
+    return keys.contiguous()
 
 
 def _bmm(a: Tensor, b: Tensor) -> Tensor:
@@ -284,17 +297,19 @@ class DecoderAttention(nn.Module):
         self.out = Linear(d_model, d_model)
         self.window_kv: nn.Module | None = None  # kv in int8 for cross_states (quantize.quantize_dynamic_linears)
 
-    def cross_states(self, encoder_states: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """This layer's cross-attention keys and values of the encoder states, in dtype."""
+    def cross_states(self, encoder_states: Tensor, dtype: torch.dtype, transposed_keys: bool = False
+                     ) -> tuple[Tensor, Tensor]:
+        """This layer's cross-attention keys and values of the encoder states, in dtype
+        (transposed_keys: see keys_in_memory)."""
         if self.window_kv is not None:
             states = self.window_kv(encoder_states.float())
         elif (many_rows := getattr(self.kv, "many_rows", None)) is not None:  # an int8 projection's, for many rows
             states = many_rows(encoder_states.to(dtype))
         else:
             states = self.kv(encoder_states)
-        # contiguous per (row, head): a strided copy would make every batched step copy them again
-        k, v = states.chunk(2, dim=-1)
-        return tuple(_split_heads(t, self.n_head).to(dtype).contiguous() for t in (k, v))
+        # dense per (row, head): a strided copy would make every batched step copy them again
+        k, v = (_split_heads(t, self.n_head).to(dtype) for t in states.chunk(2, dim=-1))
+        return keys_in_memory(k, transposed_keys), v.contiguous()
 
     def forward(self, x: Tensor, positions: Tensor, blocked: Tensor | None, exact_queries: int | None,
                 kv: "KVCache | tuple[Tensor, Tensor] | None", scores_out: list | None = None,
@@ -382,6 +397,7 @@ class Decoder(nn.Module):
         # seven: only where every main call has one shape, as its result depends on the shape, and flash
         # runs (platform.prepare: CUDA, half precision); decisions, "Flash cross-attention on GPUs"
         self.flash_cross_attention = False
+        self.transposed_keys = False  # keys_in_memory's layout for its caches and cross states (platform.prepare)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -395,7 +411,8 @@ class Decoder(nn.Module):
         """Empty self-attention caches of n_ctx positions, one a block."""
         head_dim = self.dims.d_model // self.dims.n_text_head
         device = self.positional_embedding.device
-        return [KVCache.empty(batch, self.dims.n_text_head, n_ctx, head_dim, self.cache_dtype, device) for _ in self.blocks]
+        return [KVCache.empty(batch, self.dims.n_text_head, n_ctx, head_dim, self.cache_dtype, device, self.transposed_keys)
+                for _ in self.blocks]
 
     def cross_states(self, encoder_states: Tensor, main: CrossStates | None = None,
                      n_frames: int | None = None) -> CrossStates:
@@ -404,12 +421,12 @@ class Decoder(nn.Module):
         computed (main: the main decoder's cross_states). n_frames: attend to the first frames only
         (an assistant skipping the padding after the audio)."""
         if main is not None and self.cross_source is not None:
-            # contiguous: one memory layout for a compiled draft step; in its own attention dtype, which
+            # dense: one memory layout for a compiled draft step; in its own attention dtype, which
             # need not be the main decoder's
-            return [tuple(t[:, :, :n_frames].to(self.cache_dtype).contiguous() for t in main[layer])
-                    for layer in self.cross_source]
+            return [(keys_in_memory(k[:, :, :n_frames].to(self.cache_dtype), self.transposed_keys),
+                     v[:, :, :n_frames].to(self.cache_dtype).contiguous()) for k, v in (main[layer] for layer in self.cross_source)]
         encoder_states = encoder_states[:, :n_frames].to(self.dtype)
-        return [block.cross_attn.cross_states(encoder_states, self.cache_dtype) for block in self.blocks]
+        return [block.cross_attn.cross_states(encoder_states, self.cache_dtype, self.transposed_keys) for block in self.blocks]
 
     def features(self, tokens: Tensor, positions: Tensor, caches: DecoderCaches, span: int | None = None,
                  cross_scores: list | None = None, taps: tuple[int, ...] | None = None) -> Tensor:

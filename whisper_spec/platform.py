@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .model import Decoder, Encoder, Linear, attend, padded_rows
+from .model import Decoder, Encoder, Linear, attend, keys_in_memory, padded_rows
 from .quantize import (
     ROW_INT8_ENGINE,
     Int8Linear,
@@ -220,6 +220,7 @@ def prepare(module: nn.Module, device: torch.device) -> None:
                     linear.packed = onednn_packed(linear.weight)
             part.attention_dtype = torch.float32 if cpu else None
             part.flash_cross_attention = flash_attention_runs(device, part.cache_dtype)
+            part.transposed_keys = cpu  # written-out attention's q k^T reads them in rows
             if not cpu:
                 part.align_vocab_rows()
             # on CPU float32 too: the output projection's int8 activations (Int8Linear.int8_activations)
@@ -287,14 +288,16 @@ def linear_rows(linear: Linear, dtype: torch.dtype) -> int | None:
 
 
 @functools.cache
-def query_rows(dtype: torch.dtype = torch.float32) -> int:
+def query_rows(dtype: torch.dtype = torch.float32, transposed_keys: bool = False) -> int:
     """The fewest query rows from which this CPU's batched matmuls in dtype compute every row alike
     whatever the row count; 0 where none up to 16 does (attention then goes a query at a time).
     Probed on the attention's shapes in a one-window step (8 heads of 64, a window of keys, base's
-    cache), with this process's threads."""
+    cache) with keys laid out as the decoder keeps them (model.keys_in_memory), with this process's
+    threads."""
     generator = torch.Generator().manual_seed(0)
     queries = torch.randn(8, 18, 64, generator=generator).to(dtype)
-    keys_values = [torch.randn(2, 8, n_keys, 64, generator=generator).to(dtype) for n_keys in (465, 1500)]
+    keys_values = [(keys_in_memory(torch.randn(8, n_keys, 64, generator=generator).to(dtype), transposed_keys),
+                    torch.randn(8, n_keys, 64, generator=generator).to(dtype)) for n_keys in (465, 1500)]
     rows = fewest_rows_alike(lambda q, min_queries: torch.cat(
         [attend(q, k, v, None, min_queries) for k, v in keys_values], dim=-1), queries)
     return rows or 0
@@ -315,7 +318,7 @@ def make_row_invariant(decoder: Decoder, device: torch.device) -> bool:
     for linear, n in zip(linears, rows):
         if isinstance(linear, Linear):
             linear.pad_rows = n
-    decoder.exact_queries = query_rows(decoder.cache_dtype)
+    decoder.exact_queries = query_rows(decoder.cache_dtype, decoder.transposed_keys)
     return True
 
 

@@ -1,10 +1,12 @@
-"""Which dtype the decoders' attention should run in on a CPU, measured in one run: one pair (the
-command line's defaults: int8 decoders on bfloat16 rows, the shipped assistant), its attention
-switched between
-- "float32": both decoders in float32 (the default),
+"""Which dtype and key layout the decoders' attention should have on a CPU, measured in one run:
+one pair (the command line's defaults: int8 decoders on bfloat16 rows, the shipped assistant), its
+attention switched between
+- "float32": both decoders in float32, keys stored head_dim-major (the default; model.keys_in_memory),
+- "float32 row-major keys": the same products on keys stored position-major (the default before),
 - "bfloat16 main": the main decoder's keys, values and products in bfloat16, the assistant's in float32,
 - "bfloat16 both": the assistant's in bfloat16 too.
-Each configuration's queries are padded as query_rows finds for its dtype (row invariance).
+Each configuration's queries are padded as query_rows finds for its dtype and key layout (row
+invariance).
 
 Per batch of clips, for each batch size: the batch is encoded once, each configuration computes its
 cross-attention keys and values from those encoder states, then decodes main-only and speculative
@@ -14,7 +16,7 @@ main-only in each configuration (it must), WER per configuration and set, how ma
 differ from float32's, and how many windows' greedy text failed the fallback checks (a loop) and was
 decoded again at a higher temperature. --windows: each recording cut into consecutive 30 s windows,
 decoded with timestamps, as the long-audio pipeline decodes full windows (no WER: no reference text
-a window). Decisions, "Attention stays float32 on CPU".
+a window). Decisions, "Attention stays float32 on CPU" and "Keys stored transposed on CPU".
 
     python benchmarks/experiments/attention_dtype.py --sets librispeech,fleurs_de,fleurs_es,fleurs_fr,fleurs_pt,fleurs_en \
         --batch-sizes 1,4 --output benchmarks/results/attention_dtype_epyc_cpu/attention_dtype.json
@@ -44,16 +46,19 @@ from whisper_spec.pair import decoder_precision  # noqa: E402
 from whisper_spec.platform import query_rows  # noqa: E402
 from whisper_spec.stats import DecodingStats  # noqa: E402
 
-CONFIGS = {"float32": (torch.float32, torch.float32), "bfloat16 main": (torch.bfloat16, torch.float32),
-           "bfloat16 both": (torch.bfloat16, torch.bfloat16)}  # (main, assistant) attention dtypes
+# (main, assistant) attention dtypes, keys head_dim-major
+CONFIGS = {"float32": (torch.float32, torch.float32, True), "float32 row-major keys": (torch.float32, torch.float32, False),
+           "bfloat16 main": (torch.bfloat16, torch.float32, True), "bfloat16 both": (torch.bfloat16, torch.bfloat16, True)}
 POLICIES = ("off", "on")
 
 
 def _configure(pair, config: str) -> None:
-    main, assistant = CONFIGS[config]
+    main, assistant, transposed_keys = CONFIGS[config]
     pair.main.decoder.attention_dtype = main
-    pair.main.decoder.exact_queries = query_rows(main)
+    pair.main.decoder.exact_queries = query_rows(main, transposed_keys)
     pair.assistant.decoder.attention_dtype = assistant
+    for decoder in (pair.main.decoder, pair.assistant.decoder):
+        decoder.transposed_keys = transposed_keys
 
 
 def main() -> int:
@@ -63,16 +68,19 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N clips of each set")
     parser.add_argument("--windows", action="store_true",
                         help="cut each clip into consecutive 30 s windows, decoded with timestamps as long audio is")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="of: " + ", ".join(CONFIGS) + "; the first is the reference")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
+    configs = args.configs.split(",")
 
     pair = command_line_pair()
     if not pair.platform.row_invariant:
         raise SystemExit("this CPU's decoder kernels are not row-invariant: attention dtype is not what decides here")
     report = {"machine": machine_info(pair.device), "main": decoder_precision(pair.main),
               "assistant": decoder_precision(pair.assistant), "default_main_attention": str(pair.main.decoder.cache_dtype),
-              "query_rows": {str(dtype): query_rows(dtype) for dtype in (torch.float32, torch.bfloat16)}, "sets": {}}
-    runs = [(config, policy) for config in CONFIGS for policy in POLICIES]
+              "query_rows": {config: query_rows(main, transposed) for config, (main, _, transposed) in CONFIGS.items()},
+              "sets": {}}
+    runs = [(config, policy) for config in configs for policy in POLICIES]
     for name in args.sets.split(","):
         rows = [r for r in manifest_rows() if r["set"] == name][: args.limit]
         clips = [load_audio(SPEECH / r["path"]) for r in rows]
@@ -93,7 +101,7 @@ def main() -> int:
                 with torch.inference_mode():
                     states = list(encoder_states(pair.main, mel).split(1))
                 encoded = {}
-                for config in CONFIGS:
+                for config in configs:
                     _configure(pair, config)
                     encoded[config] = encode(pair, mel, None, DecodingStats(), known_states=states)
                 if i == 0:  # warm-up of each configuration's shapes
@@ -109,7 +117,7 @@ def main() -> int:
                     fallbacks[config, policy] += sum(r.temperature > 0 for r in results)
             eot = pair.main.special.eot
             texts = {config: [pair.main.tokenizer.decode([t for t in ts if t < eot]) for ts in tokens[config, "off"]]
-                     for config in CONFIGS}
+                     for config in configs}
             by_batch[batch_size] = {
                 config: {"decoding_seconds": {policy: round(seconds[config, policy], 2) for policy in POLICIES},
                          "speculative_over_main_only": round(seconds[config, "off"] / seconds[config, "on"], 3),
@@ -117,9 +125,9 @@ def main() -> int:
                          "temperature_fallbacks": fallbacks[config, "off"],
                          "wer": None if args.windows else round(100 * word_error_rate(
                              [r["text"] for r in rows], texts[config], [r["language"] for r in rows]), 2),
-                         "transcripts_differing_from_float32": sum(
-                             a != b for a, b in zip(tokens[config, "off"], tokens["float32", "off"]))}
-                for config in CONFIGS}
+                         "transcripts_differing_from_the_first": sum(
+                             a != b for a, b in zip(tokens[config, "off"], tokens[configs[0], "off"]))}
+                for config in configs}
         report["sets"][name]["clips" if not args.windows else "windows"] = len(rows)
     return write_report(report, args.output)
 
