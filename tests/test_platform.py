@@ -7,7 +7,7 @@ import torch
 from conftest import perturbed_decoder, random_model
 
 from whisper_spec import platform
-from whisper_spec.model import Linear
+from whisper_spec.model import DecoderCaches, Linear
 from whisper_spec.pair import WhisperPair
 
 CPU = torch.device("cpu")
@@ -32,6 +32,31 @@ def test_the_main_decoder_is_made_row_invariant_where_every_probe_finds_padding(
     assert assistant.exact_queries is None
     # flash cross-attention off CPU only (platform.prepare)
     assert not main.flash_cross_attention and not assistant.flash_cross_attention
+
+
+def test_cpu_decoders_keep_keys_head_dim_major_and_attend_to_the_same_values():
+    """Keys stored transposed on CPU (decisions, "Keys stored transposed on CPU"): the cross-attention
+    keys and the self-attention caches' keys, also once finished rows leave the batch; and a step
+    reads through them the logits row-major keys give, up to the products' summation order (a
+    scrambled layout would change them, in both decoding modes alike)."""
+    pair = _pair()
+    decoder = pair.main.decoder
+    assert decoder.transposed_keys and pair.assistant.decoder.transposed_keys
+    torch.manual_seed(0)
+    audio = torch.randn(3, pair.main.dims.n_audio_ctx, pair.main.dims.d_model)
+    tokens, positions = torch.randint(0, pair.main.dims.n_vocab, (3, 5)), torch.arange(5).expand(3, 5)
+    logits = {}
+    for transposed in (True, False):
+        decoder.transposed_keys = transposed
+        with torch.inference_mode():
+            caches = DecoderCaches(decoder.cross_states(audio), decoder.new_caches(3, 24))
+            logits[transposed] = decoder.logits(decoder.features(tokens, positions, caches))
+        for kept in (caches, caches.rows(torch.tensor([0, 2]))):
+            keys = [k for k, _ in kept.cross] + [c.k for c in kept.self_attention]
+            values = [v for _, v in kept.cross] + [c.v for c in kept.self_attention]
+            assert all((k.transpose(-1, -2) if transposed else k).is_contiguous() for k in keys)
+            assert all(v.is_contiguous() for v in values)
+    torch.testing.assert_close(logits[True], logits[False], rtol=0, atol=1e-4)
 
 
 def test_an_assistant_sharing_the_main_decoders_cross_states_reads_them_in_its_own_attention_dtype():
