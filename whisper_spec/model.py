@@ -297,15 +297,14 @@ class DecoderAttention(nn.Module):
         self.out = Linear(d_model, d_model)
         self.window_kv: nn.Module | None = None  # kv in int8 for cross_states (quantize.quantize_dynamic_linears)
 
-    def cross_states(self, encoder_states: Tensor, dtype: torch.dtype, transposed_keys: bool = False,
-                     product_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
+    def cross_states(self, encoder_states: Tensor, dtype: torch.dtype, transposed_keys: bool = False
+                     ) -> tuple[Tensor, Tensor]:
         """This layer's cross-attention keys and values of the encoder states, in dtype
-        (transposed_keys: see keys_in_memory); an int8 projection computes them in product_dtype
-        (None: dtype)."""
+        (transposed_keys: see keys_in_memory)."""
         if self.window_kv is not None:
             states = self.window_kv(encoder_states.float())
         elif (many_rows := getattr(self.kv, "many_rows", None)) is not None:  # an int8 projection's, for many rows
-            states = many_rows(encoder_states.to(product_dtype or dtype))
+            states = many_rows(encoder_states.to(dtype))
         else:
             states = self.kv(encoder_states)
         # dense per (row, head): a strided copy would make every batched step copy them again
@@ -399,9 +398,6 @@ class Decoder(nn.Module):
         # runs (platform.prepare: CUDA, half precision); decisions, "Flash cross-attention on GPUs"
         self.flash_cross_attention = False
         self.transposed_keys = False  # keys_in_memory's layout for its caches and cross states (platform.prepare)
-        # the dtype int8 projections compute a window's cross-attention keys and values in (platform.prepare;
-        # None: the attention dtype)
-        self.cross_product_dtype: torch.dtype | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -430,8 +426,7 @@ class Decoder(nn.Module):
             return [(keys_in_memory(k[:, :, :n_frames].to(self.cache_dtype), self.transposed_keys),
                      v[:, :, :n_frames].to(self.cache_dtype).contiguous()) for k, v in (main[layer] for layer in self.cross_source)]
         encoder_states = encoder_states[:, :n_frames].to(self.dtype)
-        return [block.cross_attn.cross_states(encoder_states, self.cache_dtype, self.transposed_keys, self.cross_product_dtype)
-                for block in self.blocks]
+        return [block.cross_attn.cross_states(encoder_states, self.cache_dtype, self.transposed_keys) for block in self.blocks]
 
     def features(self, tokens: Tensor, positions: Tensor, caches: DecoderCaches, span: int | None = None,
                  cross_scores: list | None = None, taps: tuple[int, ...] | None = None) -> Tensor:

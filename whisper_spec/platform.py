@@ -221,9 +221,6 @@ def prepare(module: nn.Module, device: torch.device) -> None:
             part.attention_dtype = torch.float32 if cpu else None
             part.flash_cross_attention = flash_attention_runs(device, part.cache_dtype)
             part.transposed_keys = cpu  # written-out attention's q k^T reads them in rows
-            # AMX's bfloat16 GEMM for a window's keys and values of a bfloat16 decoder (decisions, "Cross-attention
-            # keys and values in bfloat16 on AMX")
-            part.cross_product_dtype = torch.bfloat16 if cpu and part.dtype == torch.bfloat16 and cpu_has_amx() else None
             if not cpu:
                 part.align_vocab_rows()
             # on CPU float32 too: the output projection's int8 activations (Int8Linear.int8_activations)

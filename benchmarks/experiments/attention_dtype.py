@@ -3,8 +3,6 @@ one pair (the command line's defaults: int8 decoders on bfloat16 rows, the shipp
 attention switched between
 - "float32": both decoders in float32, keys stored head_dim-major (the default; model.keys_in_memory),
 - "float32 row-major keys": the same products on keys stored position-major (the default before),
-- "float32 cross products": int8 decoders' cross-attention keys and values computed in float32 where
-  the platform computes them in bfloat16 (CPUs with AMX; elsewhere the same as "float32"),
 - "bfloat16 main": the main decoder's keys, values and products in bfloat16, the assistant's in float32,
 - "bfloat16 both": the assistant's in bfloat16 too.
 Each configuration's queries are padded as query_rows finds for its dtype and key layout (row
@@ -18,8 +16,7 @@ main-only in each configuration (it must), WER per configuration and set, how ma
 differ from float32's, and how many windows' greedy text failed the fallback checks (a loop) and was
 decoded again at a higher temperature. --windows: each recording cut into consecutive 30 s windows,
 decoded with timestamps, as the long-audio pipeline decodes full windows (no WER: no reference text
-a window). Decisions, "Attention stays float32 on CPU", "Keys stored transposed on CPU" and
-"Cross-attention keys and values in bfloat16 on AMX".
+a window). Decisions, "Attention stays float32 on CPU" and "Keys stored transposed on CPU".
 
     python benchmarks/experiments/attention_dtype.py --sets librispeech,fleurs_de,fleurs_es,fleurs_fr,fleurs_pt,fleurs_en \
         --batch-sizes 1,4 --output benchmarks/results/attention_dtype_epyc_cpu/attention_dtype.json
@@ -49,24 +46,19 @@ from whisper_spec.pair import decoder_precision  # noqa: E402
 from whisper_spec.platform import query_rows  # noqa: E402
 from whisper_spec.stats import DecodingStats  # noqa: E402
 
-# (main, assistant) attention dtypes, keys head_dim-major, int8 cross-attention keys and values computed in
-# the platform's choice (else in the attention dtype)
-CONFIGS = {"float32": (torch.float32, torch.float32, True, True),
-           "float32 row-major keys": (torch.float32, torch.float32, False, True),
-           "float32 cross products": (torch.float32, torch.float32, True, False),
-           "bfloat16 main": (torch.bfloat16, torch.float32, True, True),
-           "bfloat16 both": (torch.bfloat16, torch.bfloat16, True, True)}
+# (main, assistant) attention dtypes, keys head_dim-major
+CONFIGS = {"float32": (torch.float32, torch.float32, True), "float32 row-major keys": (torch.float32, torch.float32, False),
+           "bfloat16 main": (torch.bfloat16, torch.float32, True), "bfloat16 both": (torch.bfloat16, torch.bfloat16, True)}
 POLICIES = ("off", "on")
 
 
-def _configure(pair, config: str, platform_cross_products: dict) -> None:
-    main, assistant, transposed_keys, platform_products = CONFIGS[config]
+def _configure(pair, config: str) -> None:
+    main, assistant, transposed_keys = CONFIGS[config]
     pair.main.decoder.attention_dtype = main
     pair.main.decoder.exact_queries = query_rows(main, transposed_keys)
     pair.assistant.decoder.attention_dtype = assistant
     for decoder in (pair.main.decoder, pair.assistant.decoder):
         decoder.transposed_keys = transposed_keys
-        decoder.cross_product_dtype = platform_cross_products[decoder] if platform_products else None
 
 
 def main() -> int:
@@ -82,12 +74,11 @@ def main() -> int:
     configs = args.configs.split(",")
 
     pair = command_line_pair()
-    platform_cross_products = {d: d.cross_product_dtype for d in (pair.main.decoder, pair.assistant.decoder)}
     if not pair.platform.row_invariant:
         raise SystemExit("this CPU's decoder kernels are not row-invariant: attention dtype is not what decides here")
     report = {"machine": machine_info(pair.device), "main": decoder_precision(pair.main),
               "assistant": decoder_precision(pair.assistant), "default_main_attention": str(pair.main.decoder.cache_dtype),
-              "query_rows": {config: query_rows(main, transposed) for config, (main, _, transposed, _) in CONFIGS.items()},
+              "query_rows": {config: query_rows(main, transposed) for config, (main, _, transposed) in CONFIGS.items()},
               "sets": {}}
     runs = [(config, policy) for config in configs for policy in POLICIES]
     for name in args.sets.split(","):
@@ -111,14 +102,14 @@ def main() -> int:
                     states = list(encoder_states(pair.main, mel).split(1))
                 encoded = {}
                 for config in configs:
-                    _configure(pair, config, platform_cross_products)
+                    _configure(pair, config)
                     encoded[config] = encode(pair, mel, None, DecodingStats(), known_states=states)
                 if i == 0:  # warm-up of each configuration's shapes
                     for config, policy in runs:
-                        _configure(pair, config, platform_cross_products)
+                        _configure(pair, config)
                         decode_encoded(pair, encoded[config], replace(options, speculation=policy), languages=languages)
                 for config, policy in runs[i % len(runs) :] + runs[: i % len(runs)]:
-                    _configure(pair, config, platform_cross_products)
+                    _configure(pair, config)
                     results, stats = decode_encoded(pair, encoded[config], replace(options, speculation=policy),
                                                     languages=languages)
                     seconds[config, policy] += stats.decoding_seconds
