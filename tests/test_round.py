@@ -221,3 +221,33 @@ def test_kept_drops_the_least_recently_used():
     assert kept.get("c", lambda: "C") == "C"
     assert "b" not in kept and kept.recall("b") is None and len(kept) == 2
     assert kept.get("a", lambda: "again") == "A" and made == ["a", "b"]
+
+
+
+def test_finished_rows_leave_the_batch_without_touching_its_caches():
+    """BatchCaches.keep: the rows still decoding, in order, with their own states and caches; the
+    batch's cross states (read again by a later temperature and word timing) and the kept
+    self-attention caches stay whole; after the first narrowing the rows move within its copies."""
+    main = random_model(0)
+    pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), CPU, torch.float32)
+    torch.manual_seed(0)
+    decoders = [main.decoder, pair.assistant.decoder]
+    cross = [decoder.cross_states(torch.randn(4, main.dims.n_audio_ctx, main.dims.d_model)) for decoder in decoders]
+    caches = BatchCaches(list(zip(decoders, cross)), 24, row_invariant=True)
+    for decoder_caches in (caches.main, caches.assistant):
+        for cache in decoder_caches.self_attention:
+            cache.k.normal_(), cache.v.normal_()
+    originals = [t for c in (caches.main, caches.assistant) for t in c.tensors()]  # kept caches, then cross states
+    whole = [t.clone() for t in originals]
+    alive = torch.arange(4)
+    for active, in_place in ((torch.tensor([True, False, True, True]), False),
+                             (torch.tensor([False, False, True, True]), True),
+                             (torch.tensor([False, False, True, False]), True)):
+        before = [t.data_ptr() for c in (caches.main, caches.assistant) for t in c.tensors()]
+        caches.keep(active)
+        alive = alive[active[alive]]
+        narrowed = [t for c in (caches.main, caches.assistant) for t in c.tensors()]
+        assert caches.alive.tolist() == alive.tolist()
+        assert all(torch.equal(t, full[alive]) for t, full in zip(narrowed, whole))
+        assert ([t.data_ptr() for t in narrowed] == before) == in_place
+    assert all(torch.equal(t, full) for t, full in zip(originals, whole))

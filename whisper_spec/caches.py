@@ -72,14 +72,18 @@ class BatchCaches:
         self.main, self.assistant = caches[0], caches[1] if len(caches) > 1 else None
         self.batch = caches[0].cross[0][0].shape[0]
         self.alive = torch.arange(self.batch, device=caches[0].cross[0][0].device) if row_invariant else None
+        self.own_copies = False  # whether main and assistant are this object's copies, no longer the batch's
 
     def keep(self, active: Tensor) -> None:
-        """Rows still decoding (a mask over the whole batch): the others leave the decoders' batch."""
+        """Rows still decoding (a mask over the whole batch): the others leave the decoders' batch.
+        The first time as copies (the batch's cross states serve a later temperature and word
+        timing, its self-attention caches the next batch), then within those copies."""
         if self.alive is not None and len(self.alive) > int(active.sum()):
             keep = active[self.alive]
             self.alive = self.alive[keep]
-            self.main = self.main.rows(keep)
-            self.assistant = self.assistant.rows(keep) if self.assistant is not None else None
+            self.main, self.assistant = (caches if caches is None else caches.compact(keep) if self.own_copies
+                                         else caches.rows(keep) for caches in (self.main, self.assistant))
+            self.own_copies = True
 
     def call(self, step, *row_inputs: Tensor | None) -> Tensor | tuple[Tensor, ...]:
         """step(*row_inputs) (each [batch, ...], or None) for every row of the batch, its output a

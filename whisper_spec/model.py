@@ -219,6 +219,19 @@ class DecoderCaches:
         return DecoderCaches([(k[keep], v[keep]) for k, v in self.cross], self.self_attention and [
             KVCache(c.k[keep], c.v[keep]) for c in self.self_attention])
 
+    def compact(self, keep: Tensor) -> "DecoderCaches":
+        """These rows only (a mask), in order: moved to the front of each tensor in place, then views
+        of the first rows. Only for caches nothing else reads: unlike rows, it allocates nothing and
+        moves only the rows after the first one left out."""
+        index = keep.nonzero()[:, 0].tolist()
+        for t in self.tensors():
+            for row, source in enumerate(index):
+                if source != row:  # source > row: a row later moves are read from is not yet overwritten
+                    t[row].copy_(t[source])
+        n = len(index)
+        return DecoderCaches([(k[:n], v[:n]) for k, v in self.cross], self.self_attention and [
+            KVCache(c.k[:n], c.v[:n]) for c in self.self_attention])
+
     def tensors(self) -> list[Tensor]:
         """Every tensor a call reads or writes: the self-attention caches', then the cross-attention states."""
         caches = self.self_attention or []
