@@ -223,7 +223,6 @@ def test_kept_drops_the_least_recently_used():
     assert kept.get("a", lambda: "again") == "A" and made == ["a", "b"]
 
 
-
 def test_finished_rows_leave_the_batch_without_touching_its_caches():
     """BatchCaches.keep: the rows still decoding, in order, with their own states and caches; the
     batch's cross states (read again by a later temperature and word timing) and the kept

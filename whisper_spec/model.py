@@ -226,7 +226,7 @@ class DecoderCaches:
         index = keep.nonzero()[:, 0].tolist()
         for t in self.tensors():
             for row, source in enumerate(index):
-                if source != row:  # source > row: a row later moves are read from is not yet overwritten
+                if source != row:  # sources run ahead of rows: none is overwritten before it is read
                     t[row].copy_(t[source])
         n = len(index)
         return DecoderCaches([(k[:n], v[:n]) for k, v in self.cross], self.self_attention and [
@@ -240,7 +240,7 @@ class DecoderCaches:
 
 def keys_in_memory(keys: Tensor, transposed: bool) -> Tensor:
     """keys [..., positions, head_dim] as a dense tensor of that shape, stored head_dim-major where
-    transposed (k^T contiguous: attention's q k^T then reads them in rows, twice as fast on CPU;
+    transposed (k^T contiguous: attention's q k^T then reads them in rows, faster on CPU;
     decisions, "Keys stored transposed on CPU"), else row-major. Slices, row selections, clones
     and dtype conversions keep the layout; .contiguous() does not."""
     if transposed:
