@@ -436,8 +436,9 @@ class Decoder(nn.Module):
         if main is not None and self.cross_source is not None:
             # dense: one memory layout for a compiled draft step; in its own attention dtype, which
             # need not be the main decoder's
+            shared = (main[layer] for layer in self.cross_source)
             return [(keys_in_memory(k[:, :, :n_frames].to(self.cache_dtype), self.transposed_keys),
-                     v[:, :, :n_frames].to(self.cache_dtype).contiguous()) for k, v in (main[layer] for layer in self.cross_source)]
+                     v[:, :, :n_frames].to(self.cache_dtype).contiguous()) for k, v in shared]
         encoder_states = encoder_states[:, :n_frames].to(self.dtype)
         return [block.cross_attn.cross_states(encoder_states, self.cache_dtype, self.transposed_keys) for block in self.blocks]
 
