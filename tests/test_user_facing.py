@@ -192,16 +192,20 @@ def test_language_names_are_taken_like_codes(capsys):
 
 @pytest.mark.slow
 def test_a_language_list_is_what_detection_picks_from(capsys):
-    """Two short English clips that base can hear as another language (Latin and Russian on an AMD
-    EPYC, benchmarks/results/language_detection_epyc_cpu.json): among the languages a job names they
-    are English, and their text is what English given outright gives."""
+    """Two short English clips that base hears as a language outside the list (Latin and Russian on an
+    AMD EPYC, benchmarks/results/language_detection_epyc_cpu.json; Latin and Arabic on a Xeon with
+    AMX): detection picks one of the languages a job names, and the text is what that language given
+    outright gives. Which of them it picks for the second, barely audible clip depends on the CPU's
+    kernels (English on the EPYC, Portuguese on the AMX Xeon); the first is English on both."""
     clips = [speech("librispeech/test-other/2033-164914-0001.flac"), speech("librispeech/test-other/2414-128291-0008.flac")]
-    for clip in clips:
+    for i, clip in enumerate(clips):
         code, among, _ = run(capsys, "transcribe", clip, "-l", "de,English,es,fr,pt", "-f", "json", "-q")
-        assert code == 0
-        _, given, _ = run(capsys, "transcribe", clip, "-l", "en", "-f", "json", "-q")
-        assert json.loads(among)["language"] == "en" and 0.2 < json.loads(among)["language_probability"] <= 1.0
-        assert json.loads(among)["text"] == json.loads(given)["text"]
+        among = json.loads(among)
+        assert code == 0 and among["language"] in {"de", "en", "es", "fr", "pt"}
+        assert 0.2 < among["language_probability"] <= 1.0  # the likeliest of five
+        assert among["language"] == "en" or i == 1
+        _, given, _ = run(capsys, "transcribe", clip, "-l", among["language"], "-f", "json", "-q")
+        assert among["text"] == json.loads(given)["text"]
         assert "language_probability" not in json.loads(given)  # given, not detected
 
 

@@ -35,7 +35,7 @@ from .results import WindowResult
 from .segments import END_SLACK_SECONDS, TAIL_SECONDS, Segment, keep_to_speech, once_each, skipped_stretch, window_segments
 from .stats import DecodingStats
 from .timing import Word, word_timings
-from .vad import padded, plan_chunks, speech_regions, speech_within
+from .vad import VAD_FRAME, padded, plan_chunks, speech_regions, speech_within
 
 # Whisper sometimes closes a segment far later than its words end, skipping speech after them: a
 # segment longer than this many seconds plus SPARSE_SECONDS_PER_TOKEN for each of its tokens has its
@@ -337,7 +337,9 @@ def _plan(index: int, path: str, audio: np.ndarray, chunking: ChunkingOptions) -
     if not chunked:
         file = _File(path, audio, [], False, long, speech, voiced)
         start = _speech_from(file, 0)
-        if start < len(audio):
+        # shorter than one frame of the voice-activity model holds no word, yet the model may write one
+        # (decisions, "No text from audio shorter than a VAD frame")
+        if start < len(audio) and len(audio) >= VAD_FRAME:
             file.windows.append(_window_at(file, index, start, window))
         return file
     chunks = plan_chunks(speech, window)
