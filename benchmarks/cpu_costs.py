@@ -195,7 +195,7 @@ def main() -> int:
 
     clips = [SPEECH / r["path"] for r in manifest_rows() if r["set"] == "librispeech"][: args.clips]
     # float32 encoders where the decoder is measured: its steps read the encoder states only
-    precisions = {"float32": {}, "int8/bfloat16": {"int8": True, "dtype": "bfloat16"}, "int8/float32": {"int8": True}}
+    precisions = {"float32": {"int8": False}, "int8/bfloat16": {"int8": True, "dtype": "bfloat16"}, "int8/float32": {"int8": True}}
     pairs = {name: load_pair(args.model, None, encoder_precision="float32", **precision)
              for name, precision in precisions.items()}
     ours = {"whisper-spec float32": pairs["float32"],

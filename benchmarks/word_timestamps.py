@@ -44,7 +44,7 @@ def main() -> int:
     from faster_whisper import WhisperModel
 
     files = [r for r in manifest_rows() if r["set"] == "longform" and "librispeech" in r["path"]][: args.limit]
-    pair = load_pair(args.model, default_assistant(args.model))
+    pair = load_pair(args.model, default_assistant(args.model), int8=False)  # float32, as the peer
     peer = WhisperModel(str(ct2_source(args.model)), device="cpu", compute_type="float32",
                         cpu_threads=torch.get_num_threads())
     options = DecodingOptions(language="en", word_timestamps=True)

@@ -279,7 +279,7 @@ def cmd_distill(args) -> int:
     )
     device, _, _ = _pick_device(args.device, "float32")
     # float encoder states, as the shipped assistants were trained on (their cards' commands)
-    main_pair = load_pair(args.main, None, dtype="float32", device=device, encoder_precision="float32")
+    main_pair = load_pair(args.main, None, dtype="float32", device=device, int8=False, encoder_precision="float32")
     command = shlex.join([PROG, *sys.argv[1:]])
     summary = distill(main_pair, args.audio, args.output, options, cache=args.cache_dir,
                       resume=args.resume, command=command)
@@ -297,7 +297,7 @@ def cmd_export(args) -> int:
 
     if not is_distilled_assistant(Path(args.assistant)):
         raise ValueError(f"{args.assistant}: not a distilled assistant directory (no assistant.json)")
-    pair = load_pair(args.main, args.assistant, assistant_int8=False)  # its stored weights
+    pair = load_pair(args.main, args.assistant, int8=False, assistant_int8=False)  # its stored weights
     if pair.assistant.is_draft_head:
         raise ValueError(f"{args.assistant}: a draft head reads the main decoder's hidden states; "
                          "transformers' assisted generation cannot run it")

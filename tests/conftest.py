@@ -46,7 +46,7 @@ def mel_of(paths, n_mels: int = 80) -> torch.Tensor:
 def base_pair() -> WhisperPair:
     """Real whisper base (converted from the embedded PyPI package), float32 on CPU, its encoder
     included and float32 too (the default on CPU is bfloat16 or int8, platform.default_encoder_precision)."""
-    return load_pair("base", None, encoder_precision="float32")
+    return load_pair("base", None, int8=False, encoder_precision="float32")
 
 
 # A small vocabulary laid out like Whisper's: text tokens, then the special tokens, then timestamps

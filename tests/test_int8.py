@@ -113,7 +113,7 @@ def test_cross_attention_states_beside_an_int8_encoder_are_int8_products_a_windo
     the decoder's one other product over a window's 1500 frames: activations quantized per frame,
     one window a call, so that a window's states do not depend on the windows beside it. Float
     or int8 decoder alike; near the float layer's."""
-    pair = int8_pair if int8_decoder else load_pair("base", None, encoder_precision="int8")
+    pair = int8_pair if int8_decoder else load_pair("base", None, int8=False, encoder_precision="int8")
     assert pair.main.encoder.blocks[0].mlp.fc1.__class__ is DynamicInt8Linear
     states = torch.randn(3, 1500, 512) * torch.tensor([0.1, 0.5, 2.0])[:, None, None]
     decoder = pair.main.decoder

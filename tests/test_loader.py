@@ -37,9 +37,9 @@ def test_full_model_export_round_trips_through_our_loader_and_transformers(tmp_p
     """checkpoint.py's weight-name table read both ways: every tensor comes back as it was."""
     from transformers import WhisperForConditionalGeneration
 
-    model = load_pair("tiny.en", encoder_precision="float32").main
+    model = load_pair("tiny.en", int8=False, encoder_precision="float32").main
     export = save_model(model, tmp_path / "tiny.en")
-    again = load_pair(export, encoder_precision="float32").main
+    again = load_pair(export, int8=False, encoder_precision="float32").main
     for part in ("encoder", "decoder"):
         mine, theirs = getattr(model, part).state_dict(), getattr(again, part).state_dict()
         assert mine.keys() == theirs.keys()
@@ -61,7 +61,7 @@ def test_an_exported_assistant_keeps_the_languages_and_tasks_it_drafts_for(tmp_p
     from whisper_spec.load import load_model
     from whisper_spec.pair import DRAFTING_CONFIG
 
-    main = load_pair("tiny.en", encoder_precision="float32").main
+    main = load_pair("tiny.en", int8=False, encoder_precision="float32").main
     limited = replace(decoder_subset(main, [0, 2]), draft_languages=("en",), draft_tasks=("transcribe",),
                       audio_frame_margin=50)
     again = load_model(save_model(limited, tmp_path / "assistant"), with_encoder=False)
@@ -78,7 +78,7 @@ def test_an_exported_assistant_keeps_the_languages_and_tasks_it_drafts_for(tmp_p
 def test_full_checkpoint_can_share_or_keep_its_encoder(base_pair):
     shared = load_pair("base", "base", assistant_encoder="shared")
     assert shared.shares_encoder and shared.assistant.encoder is None
-    own = load_pair("base", "base", assistant_encoder="auto", assistant_int8=False)
+    own = load_pair("base", "base", assistant_encoder="auto", int8=False, assistant_int8=False)
     assert not own.shares_encoder and own.assistant.encoder is not None
     mel = mel_of([speech(CLIPS[0])])
     main_only, _ = decode_windows(own, mel, DecodingOptions(speculation="off"))
@@ -99,6 +99,27 @@ def test_weights_match_transformers(base_pair):
     assert torch.allclose(ours, theirs, atol=1e-4)
 
 
+@pytest.mark.slow
+def test_load_pair_loads_what_the_command_line_loads_unless_told():
+    """The library's defaults are the command line's (platform.default_precision: int8 decoders on
+    CPU where a fast int8 kernel runs), so a file transcribed from Python gets the command line's
+    text; int8=False is --no-int8."""
+    from whisper_spec.cli.main import pair_args
+    from whisper_spec.cli.parser import build_parser
+
+    from whisper_spec.pair import decoder_precision, encoder_precision
+    from whisper_spec.platform import default_int8
+
+    def precisions(pair):
+        return decoder_precision(pair.main), encoder_precision(pair.main), decoder_precision(pair.assistant)
+
+    for flags, library in (([], {}), (["--no-int8"], {"int8": False})):
+        command_line = pair_args(build_parser().parse_args(["transcribe", "x.wav", "--device", "cpu", *flags]))
+        assert precisions(load_pair("base", **library)) == precisions(load_pair(**command_line)), flags
+    assert decoder_precision(load_pair("base", None).main).startswith("int8/") == default_int8(torch.device("cpu"))
+    assert decoder_precision(load_pair("base", None, int8=False).main) == "float32"
+
+
 def test_incompatible_vocabulary_is_refused():
     with pytest.raises(IncompatiblePair, match=r"vocabulary sizes differ \(51865 vs 51864"):
         load_pair("base", "tiny.en")
@@ -113,7 +134,7 @@ def test_shared_encoder_needs_matching_width(base_pair):
 
 
 def test_dtype_and_device_options():
-    pair = load_pair("tiny.en", dtype="bfloat16", device="cpu")
+    pair = load_pair("tiny.en", dtype="bfloat16", device="cpu", int8=False)
     assert pair.main.decoder.token_embedding.weight.dtype == torch.bfloat16
     mel = mel_of([speech("librispeech/dev-clean/1272-128104-0000.flac")])
     result, _ = decode_windows(pair, mel, DecodingOptions(speculation="on"))

@@ -42,6 +42,7 @@ from .platform import (
     check_device,
     default_encoder_precision,
     default_int8,
+    default_precision,
     dynamic_int8_runs,
     int8_assistant_in_bfloat16,
     prepare,
@@ -299,13 +300,13 @@ def load_pair(
     assistant: str | Path | None = DEFAULT_ASSISTANT,
     *,
     assistant_encoder: str = "auto",
-    dtype: str | torch.dtype = "float32",
+    dtype: str | torch.dtype | None = None,
     device: str | torch.device = "cpu",
-    int8: bool = False,
+    int8: bool | None = None,
     assistant_int8: bool | None = None,
     encoder_precision: str | None = None,
 ) -> WhisperPair:
-    """Load a main model and an optional assistant.
+    """Load a main model and an optional assistant, as the command line does where not told otherwise.
 
     assistant: a model or assistant directory (any form `main` takes), DEFAULT_ASSISTANT (the
     main model's shipped distilled assistant, as the command line uses; none for a model without
@@ -313,16 +314,19 @@ def load_pair(
     assistant_encoder: "shared" (cross-attend to the main encoder; the assistant's encoder is never
     read), "own" (run the assistant's encoder on its own features), or "auto" (shared for
     decoder-only checkpoints, own otherwise). int8: the main decoder's linears in int8 (see
-    quantize.py). assistant_int8: the assistant's, independently (see assistant_precision).
+    quantize.py); dtype: the decoders' activations; None: the device's default (platform.default_precision:
+    int8 on CPU where a fast int8 kernel runs). assistant_int8: the assistant's, independently (see
+    assistant_precision).
     encoder_precision: the encoders' (see load_model; None: default_encoder_precision).
     """
     if assistant_encoder not in ("auto", "shared", "own"):
         raise ValueError(f"assistant_encoder must be auto, shared or own, not {assistant_encoder!r}")
     if isinstance(assistant, str) and assistant == DEFAULT_ASSISTANT:
         assistant = default_assistant(str(main))
-    dtype = as_dtype(dtype)
     device = torch.device(device)
     check_device(device)
+    int8, dtype = default_precision(device, int8, dtype)
+    dtype = as_dtype(dtype)
     main_model = load_model(main, dtype=dtype, device=device, int8=int8, encoder_precision=encoder_precision)
     assistant_model = None
     assistant_dtype, assistant_int8 = assistant_precision(dtype, int8, assistant_int8, device)

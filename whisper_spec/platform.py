@@ -157,8 +157,9 @@ def default_int8(device: torch.device) -> bool:
     return device.type == "cpu" and cpu_int8_dtype() is not None
 
 
-def default_precision(device: torch.device, int8: bool | None = None, dtype: str | None = None) -> tuple[bool, str]:
-    """int8 decoders and the activation dtype as the command line loads them, where not given:
+def default_precision(device: torch.device, int8: bool | None = None, dtype: str | torch.dtype | None = None
+                      ) -> tuple[bool, str | torch.dtype]:
+    """int8 decoders and the activation dtype as the command line and load_pair load them, where not given:
     int8 per default_int8; float16 on CUDA; on CPU cpu_int8_dtype with int8 decoders, else float32."""
     if int8 is None:
         int8 = default_int8(device)

@@ -53,7 +53,7 @@ class TransformersPeer:
         if pair.assistant is not None and pair.shares_encoder:
             # the assistant as stored (ours may draft in int8): reloaded float for the export
             stored = load_pair(pair.main.path, pair.assistant.name, dtype=pair.dtype, device=pair.device,
-                               assistant_int8=False).assistant
+                               int8=False, assistant_int8=False).assistant
             exported = save_model(stored, workdir / "assistant-hf", decoder_only=True)
             self.assistant = WhisperForCausalLM.from_pretrained(exported, dtype=pair.dtype).to(pair.device).eval()
 
