@@ -69,7 +69,7 @@ def chapter_words():
     """A LibriSpeech chapter (67 s, three windows) with word timestamps, main-only and speculative."""
     pair = load_pair("base")
     assert pair.assistant is not None
-    options = DecodingOptions(language="en", word_timestamps=True)
+    options = DecodingOptions(language="en", word_timestamps=True, speculation="on")
     return {use: next(transcribe(pair, [speech(CHAPTER)], options if use else main_alone(options))) for use in (False, True)}
 
 

@@ -37,7 +37,7 @@ PROBED_ROW_COUNTS = (1, 2, 4, 8, 16)
 # and main decoder precision ("float" or "int8"); a pair not listed always drafts. Decisions, "Automatic
 # speculation limit".
 AUTO_MAX_DRAFT_FRAMES: dict[tuple[str, str], int] = {
-    ("cpu", "int8"): 3 * 1500, ("cpu-amx", "int8"): 3 * 1500, ("cuda", "float"): 0}
+    ("cpu", "int8"): 3 * 1500, ("cpu-amx", "int8"): 1500, ("cuda", "float"): 0}
 
 
 def synchronize(device: torch.device) -> None:
