@@ -116,7 +116,7 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
-    pair = load_pair("base", "default", device=device, dtype="float16" if device.type == "cuda" else "float32")
+    pair = load_pair("base", "default", device=device, dtype="float16" if device.type == "cuda" else "float32", int8=False)
     if device.type == "cpu":  # the GPU's code path: fixed-shape rounds of one shape, compiled step by step, plain linears
         pair.platform = replace(pair.platform, row_invariant=False, assistant_skips_padding=False, compiles="rounds")
         for module in (*pair.main.decoder.modules(), *pair.assistant.decoder.modules()):
