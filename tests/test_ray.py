@@ -38,6 +38,11 @@ def job_manifest(tmp_path_factory):
     return path
 
 
+# drafting in every batch, so that acceptance is reported: speculation auto may leave a batch of
+# clips to the main model alone (platform.AUTO_MAX_DRAFT_FRAMES), the text the same either way
+DRAFTING = DecodingOptions(timestamps=True, speculation="on")
+
+
 def command_line_pair() -> dict:
     """load_pair's arguments as `whisper-spec batch` gives them without flags (int8 decoders on CPU)."""
     from whisper_spec.cli.main import pair_args
@@ -55,7 +60,7 @@ def local_run(job_manifest, tmp_path_factory):
     torch.set_num_threads(RayOptions().threads)
     try:
         summary = run_batch(load_pair(**command_line_pair()), collect_jobs(str(job_manifest)), out, FORMATS,
-                            DecodingOptions(timestamps=True), progress=False)
+                            DRAFTING, progress=False)
     finally:
         torch.set_num_threads(threads)
     return out, summary
@@ -71,7 +76,7 @@ def test_ray_outputs_equal_a_local_run(job_manifest, local_run, tmp_path):
     out = tmp_path / "ray"
     try:
         summary = run_batch_ray(command_line_pair(), collect_jobs(str(job_manifest)), out, FORMATS,
-                                DecodingOptions(timestamps=True), ray_options=RayOptions(actors=2), progress=False)
+                                DRAFTING, ray_options=RayOptions(actors=2), progress=False)
     finally:
         ray.shutdown()
     expected = job_outputs(local_out)
