@@ -227,8 +227,9 @@ def test_int8_pairs_are_exact_on_their_kernels(request, precision):
 
 @pytest.mark.slow
 def test_auto_speculation_drafts_in_every_round_for_an_int8_pair_on_cpu(int8_pair):
-    """As measured to pay there (platform.AUTO_MAX_DRAFT_FRAMES: on CPUs up to one full window, three without AMX):
-    auto drafts as on does for two clips; every mode gives the int8 main model's tokens."""
+    """As measured to pay there (platform.AUTO_MAX_DRAFT_FRAMES: on CPUs with AMX up to one full
+    window, three without): auto drafts as on does for two short clips; every mode gives the int8
+    main model's tokens."""
     mel = mel_of(CLIPS[:2])
     alone, _ = decode_windows(int8_pair, mel, DecodingOptions(speculation="off"))
     auto, auto_stats = decode_windows(int8_pair, mel, DecodingOptions())
