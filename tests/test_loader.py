@@ -113,11 +113,13 @@ def test_load_pair_loads_what_the_command_line_loads_unless_told():
     def precisions(pair):
         return decoder_precision(pair.main), encoder_precision(pair.main), decoder_precision(pair.assistant)
 
-    for flags, library in (([], {}), (["--no-int8"], {"int8": False})):
+    library = {}
+    for flags, kwargs in (([], {}), (["--no-int8"], {"int8": False})):
         command_line = pair_args(build_parser().parse_args(["transcribe", "x.wav", "--device", "cpu", *flags]))
-        assert precisions(load_pair("base", **library)) == precisions(load_pair(**command_line)), flags
-    assert decoder_precision(load_pair("base", None).main).startswith("int8/") == default_int8(torch.device("cpu"))
-    assert decoder_precision(load_pair("base", None, int8=False).main) == "float32"
+        library[bool(flags)] = load_pair("base", **kwargs)
+        assert precisions(library[bool(flags)]) == precisions(load_pair(**command_line)), flags
+    assert decoder_precision(library[False].main).startswith("int8/") == default_int8(torch.device("cpu"))
+    assert decoder_precision(library[True].main) == "float32"
 
 
 def test_incompatible_vocabulary_is_refused():
