@@ -14,6 +14,8 @@
 #   cuda_tests_compiled.txt  the CUDA tests of compiled rounds (each case compiles graphs of its own)
 #   wide_batches/   the same clips in float16 at batch 8 and 16, main-only against speculative
 #   memory.json     GPU memory of the loaded pair and peak while decoding, float16 against int8
+#   cuda_libraries.json  which cuBLAS a process without torch loads (CTranslate2's PyPI build wants CUDA
+#                   12's libcublas.so.12): why the faster-whisper peer could not run, where it could not
 #   summary.md      one table of all of it, with the targets (also printed)
 # Usage:
 #   benchmarks/gpu.sh [OUT]        default OUT: benchmarks/results/gpu_<GPU name>
@@ -51,6 +53,7 @@ part() {  # part CAP_SECONDS NAME COMMAND...
   return $rc
 }
 status=0
+python benchmarks/cuda_libraries.py > "$out/cuda_libraries.json" || status=1
 if [ $dry = 0 ]; then
   part 150 "CUDA tests" python -m pytest -m cuda -q -p no:cacheprovider -k "not compiled" tests/test_cuda.py 2>&1 \
     | tee "$out/cuda_tests.txt" || status=1

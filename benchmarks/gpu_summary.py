@@ -54,6 +54,17 @@ def _profile_lines(path: Path) -> list[str]:
     return lines + [""]
 
 
+def _cuda_library_lines(path: Path) -> list[str]:
+    """What the faster-whisper peer needs of this machine and what it found (cuda_libraries.py)."""
+    if not path.is_file():
+        return []
+    probe = json.loads(path.read_text())
+    found = ", ".join(name for name, loads in probe["loadable"].items() if loads) or "none"
+    packages = ", ".join(f"{name} {version}" for name, version in probe["packages"].items() if version)
+    return [f"cuBLAS loadable without torch: {found} (CTranslate2's PyPI build needs libcublas.so.12; "
+            f"installed: {packages})", ""]
+
+
 def summary(folder: Path) -> str:
     lines = [f"# GPU check: {folder.name}", ""]
     for name, label in (("cuda_tests.txt", "CUDA tests"), ("cuda_tests_compiled.txt", "CUDA tests of compiled rounds")):
@@ -67,6 +78,7 @@ def summary(folder: Path) -> str:
     if cut.is_file():
         lines += [f"out of time: {'; '.join(cut.read_text().split(chr(10))).strip('; ')}", ""]
     lines += _profile_lines(folder / "step_profile.json")
+    lines += _cuda_library_lines(folder / "cuda_libraries.json")
     report_file = folder / "librispeech" / "report.json"
     if not report_file.is_file():
         return "\n".join(lines + ["LibriSpeech bench: no report (not run, or cut short)"]) + "\n"

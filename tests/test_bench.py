@@ -377,6 +377,8 @@ def test_gpu_check_script_runs_in_its_cpu_dry_mode(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert summary == done.stdout[-len(summary):]
     assert "CUDA tests: not run (dry mode, or out of time)" in summary and "| speculative b1 |" in summary
+    probe = json.loads((tmp_path / "cuda_libraries.json").read_text())
+    assert "cuBLAS loadable without torch: " in summary and probe["packages"]["torch"] == torch.__version__
     wide = json.loads((tmp_path / "wide_batches" / "report.json").read_text())
     assert wide["check"]["passed"] and {"main b2", "speculative b2"} == {c["name"] for c in wide["configs"]}
     assert re.search(r"\| speculative b2 \| [\d.]+ \| [\d.]+ \| \d+ \|", summary), "no microseconds a token"
