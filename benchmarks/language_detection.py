@@ -23,6 +23,7 @@ from whisper_spec.audio import N_SAMPLES, load_audio
 from whisper_spec.bench.metrics import machine_info
 from whisper_spec.encoding import most_likely, pair_features, window_language_probabilities
 from whisper_spec.load import load_pair
+from whisper_spec.pair import decoder_precision
 
 
 def main() -> int:
@@ -51,7 +52,8 @@ def main() -> int:
         for way, candidates in ways.items():  # among candidates: the likeliest of their columns, one encoding for all
             kept = codes if candidates is None else list(candidates)
             detected[way] += most_likely(kept, probabilities[:, [codes.index(code) for code in kept]])[0]
-    report = {"machine": machine_info(pair.device), "model": args.model, "sets": {}, "summary": {}}
+    report = {"machine": machine_info(pair.device), "model": args.model, "decoders": decoder_precision(pair.main),
+              "sets": {}, "summary": {}}
     for name in sorted({row["set"] for row in rows}):
         entry = {}
         for way, candidates in ways.items():

@@ -23,6 +23,7 @@ from _common import SPEECH, manifest_rows, parse_args, progress, write_report
 from whisper_spec.bench.metrics import machine_info, word_error_rate
 from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions
+from whisper_spec.pair import decoder_precision
 from whisper_spec.pipeline import transcribe
 
 SETS = ("librispeech", "fleurs_de", "fleurs_es", "fleurs_fr", "fleurs_pt", "fleurs_en")
@@ -54,9 +55,10 @@ def main() -> int:
 
     pair = load_pair(args.model, None)
     rule, no_rule = DecodingOptions(), DecodingOptions(no_speech_threshold=None)
-    report = {"machine": machine_info(pair.device), "model": args.model, "options": {
-        "no_speech_threshold": rule.no_speech_threshold, "logprob_threshold": rule.logprob_threshold,
-        "compression_ratio_threshold": rule.compression_ratio_threshold}, "sounds": {}, "speech": {}}
+    thresholds = {"no_speech_threshold": rule.no_speech_threshold, "logprob_threshold": rule.logprob_threshold,
+                  "compression_ratio_threshold": rule.compression_ratio_threshold}
+    report = {"machine": machine_info(pair.device), "model": args.model, "decoders": decoder_precision(pair.main),
+              "options": thresholds, "sounds": {}, "speech": {}}
     with tempfile.TemporaryDirectory() as folder:
         sounds = made_sounds(Path(folder))
         texts = {name: [t.text for t in transcribe(pair, sounds, options, batch_size=args.batch_size)]

@@ -405,7 +405,8 @@ class Decoder(nn.Module):
         # queries padded to this many for row-invariant attention (platform.make_row_invariant; 0: one
         # product a query), None: the main decoder on a device without row invariance, or an assistant
         self.exact_queries: int | None = None
-        self.attention_dtype: torch.dtype | None = None  # keys, values and attention; None: the activation dtype (platform.prepare)
+        # keys, values and attention; None: the activation dtype (platform.prepare)
+        self.attention_dtype: torch.dtype | None = None
         # cross-attention through flash attention's kernel (split over the frames), where written out it is
         # seven: only where every main call has one shape, as its result depends on the shape, and flash
         # runs (platform.prepare: CUDA, half precision); decisions, "Flash cross-attention on GPUs"
