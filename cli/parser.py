@@ -103,7 +103,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="on CUDA, run every decoder step eagerly instead of replaying CUDA graphs of them")
     group.add_argument("--dtype", choices=DTYPES, default=None,
                        help="weight and activation dtype (default: float16 on cuda, float32 on cpu; "
-                            "bfloat16 on cpu with int8 decoders)")
+                            "bfloat16 on cpu with int8 decoders, float32 there on avx2-only cpus)")
     group.add_argument("--int8", action=argparse.BooleanOptionalAction, default=None,
                        help="int8 decoder linears for main model and assistant (default: on for cpu "
                             "where torch's int8 kernels run, off elsewhere; bench: int8 configurations "

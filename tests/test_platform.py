@@ -2,6 +2,11 @@
 from the probes, whatever the instruction set (the probes' answers differ between CPUs; these tests
 check what is done with them)."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import perturbed_decoder, random_model
@@ -110,7 +115,7 @@ def test_prepare_packs_decoder_linears_sets_cpu_attention_and_one_encoder_window
 
 def test_the_record_keys_policies_on_the_device_kind_and_decoder_precision(monkeypatch):
     kind = platform.device_kind(CPU)
-    assert kind == ("cpu-amx" if platform.cpu_has_amx() else "cpu")
+    assert kind == ("cpu-amx" if platform.cpu_has_amx() else "cpu-avx2" if platform.cpu_limited_to_avx2() else "cpu")
     monkeypatch.setattr(platform, "AUTO_MAX_DRAFT_FRAMES", {(kind, "float"): 1234, (kind, "int8"): 99})
     record = _pair().platform
     assert record.auto_max_draft_frames == 1234  # float decoders
@@ -125,3 +130,27 @@ def test_loader_defaults_by_device():
     assert platform.default_precision(CPU) == (int8, (platform.cpu_int8_dtype() or "bfloat16") if int8 else "float32")
     assert platform.default_encoder_precision(cuda, torch.float16) == "float16"
     assert platform.default_encoder_precision(CPU, torch.float32) in ("bfloat16", "int8", "float32")
+
+
+# what .ci/run's second pass sets: an AVX-512 CPU then runs the kernels an AVX2-only CPU runs. ATen's and
+# oneDNN's choices are checked here; fbgemm's (the row-int8 kernel) shows in time only (1.7x slower under
+# its AVX2 limit on an AVX-512 EPYC, the same integers); MKL's is set for CPUs where MKL honours it (on
+# AMD EPYCs MKL picks its own code path: results bit-identical down to SSE4_2 there).
+AVX2_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
+ISA_PROBE = """
+import torch
+from whisper_spec import platform
+platform.onednn_packed(torch.randn(64, 64))  # a oneDNN primitive: its verbose mode names the ISA it runs
+print("kind", torch.backends.cpu.get_cpu_capability(), platform.device_kind(torch.device("cpu")), platform.cpu_has_amx())
+"""
+
+
+@pytest.mark.skipif("avx2" not in Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else True,
+                    reason="not an x86 CPU with AVX2")
+def test_avx2_kernel_limits_take_effect_and_the_platform_decides_as_on_avx2():
+    env = {k: v for k, v in os.environ.items() if k not in AVX2_KERNELS} | AVX2_KERNELS | {"ONEDNN_VERBOSE": "1"}
+    run = subprocess.run([sys.executable, "-c", ISA_PROBE], capture_output=True, text=True, env=env, check=True)
+    isa = next(line for line in run.stdout.splitlines() if ",isa:" in line)
+    assert "AVX2" in isa and "512" not in isa and "AMX" not in isa, isa
+    assert run.stdout.splitlines()[-1].split() == ["kind", "AVX2", "cpu-avx2", "False"]

@@ -12,6 +12,7 @@ the modules; none of them tests the device itself. The reasons and figures behin
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import torch
@@ -34,8 +35,8 @@ from .quantize import (
 PROBED_ROW_COUNTS = (1, 2, 4, 8, 16)
 
 # speculation="auto": the most rows x assistant frames of a batch whose rounds draft, by device kind
-# and main decoder precision ("float" or "int8"); a pair not listed always drafts. Decisions, "Automatic
-# speculation limit".
+# and main decoder precision ("float" or "int8"); a pair not listed always drafts (AVX2 CPUs: drafting
+# measured to pay up to four full windows). Decisions, "Automatic speculation limit", "Defaults by CPU kind".
 AUTO_MAX_DRAFT_FRAMES: dict[tuple[str, str], int] = {
     ("cpu", "int8"): 3 * 1500, ("cpu-amx", "int8"): 1500, ("cuda", "float"): 0}
 
@@ -69,14 +70,25 @@ def gpu_name(device: torch.device) -> str | None:
 
 
 def cpu_has_amx() -> bool:
-    """Whether this CPU has AMX tiles (oneDNN's bfloat16 and int8 matrix units, Xeon Sapphire Rapids on)."""
+    """Whether oneDNN may use AMX tiles here (its bfloat16 and int8 matrix units, Xeon Sapphire Rapids
+    on): the CPU has them and neither ONEDNN_MAX_CPU_ISA nor ATen's capability holds kernels below them."""
     probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    return bool(probe and probe())
+    limit = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL").upper()
+    return bool(probe and probe()) and ("AMX" in limit or limit in ("ALL", "DEFAULT")) and not cpu_limited_to_avx2()
+
+
+def cpu_limited_to_avx2() -> bool:
+    """Whether ATen runs AVX2 kernels at most: an AVX2-only CPU (no AVX-512), or one held to them by
+    ATEN_CPU_CAPABILITY=avx2 (as .ci/run's second pass does, with oneDNN's and MKL's limits beside it)."""
+    return torch.backends.cpu.get_cpu_capability() == "AVX2"
 
 
 def device_kind(device: torch.device) -> str:
-    """The device's type, "cpu-amx" for a CPU with AMX tiles, whose kernels and measured policies differ."""
-    return "cpu-amx" if device.type == "cpu" and cpu_has_amx() else device.type
+    """What measured policies are keyed on: "cuda", or the CPU as its kernels see it: "cpu-amx" (AMX
+    tiles), "cpu-avx2" (AVX2 kernels at most), else "cpu" (AVX-512 without AMX, and other CPUs)."""
+    if device.type != "cpu":
+        return device.type
+    return "cpu-amx" if cpu_has_amx() else "cpu-avx2" if cpu_limited_to_avx2() else "cpu"
 
 
 # ---------------------------------------------------------------------------- int8 kernels
@@ -141,13 +153,20 @@ def prepare_int8(module: nn.Module, device: torch.device, dtypes) -> None:
 # ---------------------------------------------------------------------------- loaders' defaults
 
 
+# int8 decoders' activations by CPU kind where both int8 kernels run: float32 rows on the row-int8
+# kernel (quantize.row_int8_mm) where bfloat16 has no instructions of its own; elsewhere bfloat16 rows
+# on aten's fused int8-weight kernel. Decisions, "Defaults by CPU kind".
+INT8_ROWS_BY_KIND: dict[str, str] = {"cpu-avx2": "float32"}
+
+
 def cpu_int8_dtype() -> str | None:
-    """The activation dtype int8 decoders run fastest with on this CPU: bfloat16 where aten's fused
-    int8-weight kernel runs, else float32 where the row-int8 kernel does (quantize.row_int8_mm);
-    None where neither. Decisions, "int8 decoders' activations"."""
-    if kernel_for("cpu", torch.bfloat16) == "int8pack_mm":
-        return "bfloat16"
-    return "float32" if kernel_for("cpu", torch.float32) == "row_int8" else None
+    """The activation dtype int8 decoders run fastest with on this CPU: INT8_ROWS_BY_KIND's (bfloat16
+    where not listed) where its kernel runs, else the other's; None where neither kernel runs.
+    Decisions, "int8 decoders by default on CPU, and their activations"."""
+    runs = [dtype for dtype, kernel in (("bfloat16", kernel_for("cpu", torch.bfloat16) == "int8pack_mm"),
+                                        ("float32", kernel_for("cpu", torch.float32) == "row_int8")) if kernel]
+    preferred = INT8_ROWS_BY_KIND.get(device_kind(torch.device("cpu")), "bfloat16")
+    return preferred if preferred in runs else next(iter(runs), None)
 
 
 def default_int8(device: torch.device) -> bool:
