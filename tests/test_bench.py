@@ -389,7 +389,8 @@ def test_gpu_check_script_runs_in_its_cpu_dry_mode(tmp_path):
 # (with gpu_memory.py and gpu_summary.py) have tests of their own above
 MAINTAINED = {"cpu_costs": "decoder", "startup": "median_seconds", "speculation_policy": "batch_sizes",
               "round_budget": "precisions", "no_speech": "speech", "word_timestamps": "summary",
-              "fallback": "files", "threads": "results", "ray_scaling": "runs", "language_detection": "summary"}
+              "fallback": "files", "threads": "results", "ray_scaling": "runs", "language_detection": "summary",
+              "cpu_defaults": "results", "podcast": "summary"}
 
 
 @pytest.mark.slow

@@ -1,25 +1,28 @@
 """Long audio: speech chunks (VAD) and windows one after another; no speech dropped, none invented in
 pauses and quiet tails, word times out of pauses, and speculative == main-only in both modes."""
 
+import json
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile
 import torch
-from conftest import main_alone, speech
+from conftest import main_alone, manifest, speech
 
 from whisper_spec.audio import SAMPLE_RATE, load_audio
+from whisper_spec.bench.made_audio import Spoken, music, podcast, words_outside
 from whisper_spec.bench.metrics import normalize, word_error_rate
 from whisper_spec.options import ChunkingOptions, DecodingOptions, SubtitleOptions, VadOptions
 from whisper_spec.pair import WhisperPair, decoder_subset
 from whisper_spec.pipeline import Transcript, _plan, transcribe
-from whisper_spec.segments import Segment, keep_to_speech, skipped_stretch
+from whisper_spec.segments import Segment, keep_to_speech, skipped_stretch, without_blips
 from whisper_spec.timing import Word
 from whisper_spec.tokenizer import TIME_PRECISION
 from whisper_spec.vad import VAD_FRAME, clamp_to_speech, padded, plan_chunks, speech_probabilities, speech_regions
-from whisper_spec.writers import to_srt
+from whisper_spec.writers import render, to_srt
 
 LONG = ["longform/bill_gates-TED-next-epidemic-excerpt.flac",
         "longform/librispeech-test-other_1688-142285_0000-0009.flac",
@@ -394,13 +397,29 @@ def test_batched_voice_activity_equals_the_package_model_frame_by_frame():
 
 
 def test_text_over_a_quiet_stretch_is_dropped_and_words_leave_pauses():
-    speech_ = [(0, 10 * S), (20 * S, 30 * S)]
+    speech_ = [(0, 10 * S), (20 * S, 30 * S), (40 * S, 41 * S)]  # padded
+    voiced = [(S // 2, 9 * S), (21 * S, 29 * S), (int(40.4 * S), int(40.5 * S))]  # the last a blip in music
     said = Segment(5.0, 12.0, "said", [1], [Word(" said", 5.0, 12.0, 0.9, [1])])
     late = Segment(12.0, 19.5, "Thank you.", [2])  # over the pause
     after = Segment(14.0, 24.0, "after", [3], [Word(" after", 14.0, 24.0, 0.9, [3])])  # 40% speech
-    kept = keep_to_speech([said, late, after], speech_)
-    assert [s.text for s in kept] == ["said", "after"]
-    assert (kept[0].start, kept[0].end) == (5.0, 10.0) and (kept[1].start, kept[1].end) == (20.0, 24.0)
+    # its first word stretched from the speech before a pause over the pause (DTW)
+    spanning = Segment(8.0, 23.0, "the dose", [4, 5], [Word(" the", 8.0, 21.5, 0.9, [4]), Word(" dose", 21.5, 23.0, 0.9, [5])])
+    untimed = Segment(15.0, 25.0, "no words", [6])  # Whisper's timestamps only: it starts in the pause
+    blip = Segment(40.0, 41.0, "F.", [7])  # a tenth of its second voiced, and that a lone blip
+    kept = keep_to_speech([said, late, after, spanning, untimed, blip], speech_, voiced)
+    assert [s.text for s in kept] == ["said", "after", "the dose", "no words"]
+    assert [(s.start, s.end) for s in kept] == [(5.0, 10.0), (20.0, 24.0), (20.0, 23.0), (20.0, 25.0)]
+    assert (kept[2].words[0].start, kept[2].words[0].end) == (20.0, 21.5)
+    # a word inside a segment spanning a pause goes where more of its time is voiced
+    across = Segment(7.0, 25.0, "seek answered he", [9, 10, 11], [
+        Word(" seek", 7.0, 8.5, 0.9, [9]), Word(" answered", 8.5, 22.0, 0.9, [10]), Word(" he", 22.0, 25.0, 0.9, [11])])
+    (kept_across,) = keep_to_speech([across], speech_, voiced)
+    assert [(w.start, w.end) for w in kept_across.words] == [(7.0, 8.5), (20.0, 22.0), (22.0, 25.0)]
+    # a lone voiced blip under half its segment does not make it heard; a blip beside speech does
+    onset = [(S, 9 * S), (int(9.8 * S), int(10.05 * S))]
+    assert without_blips(onset) == [onset[0]]
+    assert without_blips([(S, 9 * S), (int(9.3 * S), int(9.5 * S))]) == [(S, 9 * S), (int(9.3 * S), int(9.5 * S))]
+    assert keep_to_speech([Segment(9.6, 10.1, "Pfff.", [8])], [(0, int(10.5 * S))], onset) == []
 
 
 def test_a_subtitle_cue_always_has_a_length():
@@ -408,3 +427,68 @@ def test_a_subtitle_cue_always_has_a_length():
     transcript = Transcript("x.wav", "Hi.", "en", 5.0, [Segment(3.0, 3.0, "Hi.", [1], [word])])
     for layout in (SubtitleOptions(), SubtitleOptions(max_words_per_line=1), SubtitleOptions(max_line_width=42)):
         assert "00:00:03,000 --> 00:00:03,020" in to_srt(transcript, layout)
+
+
+@pytest.fixture(scope="module")
+def podcast_recording(tmp_path_factory) -> tuple[Path, list[Spoken]]:
+    """A podcast-style recording (made_audio.podcast) and where its speech lies: 5 LibriSpeech clips
+    with a music intro, music, a pause, noise and a short pause between them and a music outro, ~90 s."""
+    rows = [r for r in manifest() if r["set"] == "librispeech"][30:35]
+    audio, spoken = podcast([(load_audio(str(speech(r["path"]))), r["text"], "en") for r in rows], seed=7)
+    path = tmp_path_factory.mktemp("podcast") / "podcast.wav"
+    soundfile.write(path, audio, SAMPLE_RATE)
+    return path, spoken
+
+
+@pytest.fixture(scope="module")
+def podcast_file(podcast_recording) -> Path:
+    return podcast_recording[0]
+
+
+@pytest.mark.slow
+def test_no_text_over_music_pauses_or_noise_and_cues_on_their_speech(base_pair, podcast_recording, tmp_path):
+    """Both modes: no word outside the utterances (0.5 s either side), no sentence written twice, every
+    cue within 0.5 s of the speech it covers, the speech all there (WER against the clips' references
+    under 25%: base on test-other); 20 s of music alone and 0.3 s of it give no text."""
+    path, spoken = podcast_recording
+    music_only, sub_second = tmp_path / "music.wav", tmp_path / "short.wav"
+    soundfile.write(music_only, music(20.0, seed=11), SAMPLE_RATE)
+    soundfile.write(sub_second, music(0.3, seed=12), SAMPLE_RATE)
+    options = DecodingOptions(speculation="on", word_timestamps=True)
+    results = {}
+    for mode in (main_alone(options), options):
+        transcript, music_text, short_text = transcribe(base_pair, [str(path), str(music_only), str(sub_second)], mode,
+                                                        batch_size=4)
+        assert music_text.text == "" and short_text.text == ""
+        words = [(w.start, w.end) for s in transcript.segments for w in s.words]
+        assert words_outside(words, spoken) == 0, [s.text for s in transcript.segments]
+        texts = [normalize(s.text, "en") for s in transcript.segments if len(s.text.split()) >= 3]
+        assert len(texts) == len(set(texts)), texts
+        for segment in transcript.segments:  # within 0.5 s of the utterances it covers
+            covered = [u for u in spoken if u.start < segment.end and segment.start < u.end]
+            assert covered and covered[0].start - 0.5 <= segment.start and segment.end <= covered[-1].end + 0.5, (
+                f"cue off its speech: {segment.start:.2f}-{segment.end:.2f} {segment.text!r}")
+        references = " ".join(u.text for u in spoken)
+        assert word_error_rate([references], [transcript.text], ["en"]) < 0.25
+        results[mode.speculation] = transcript.as_dict()["segments"]
+    assert results["off"] == results["on"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("words", [False, True])
+def test_a_files_outputs_do_not_depend_on_the_rest_of_its_job(base_pair, podcast_file, words):
+    """The same long file alone, beside a short file, beside three (before and after it), at batch 1
+    and 4: byte-identical srt and JSON segments, times and words included. Its windows share batches
+    with the others' in every case but the first (a window was timed word by word with its batch
+    whenever any window of the batch needed it, and its cues moved by up to 3 s)."""
+    short = [str(speech(p)) for p in ("librispeech/dev-clean/1272-128104-0000.flac",
+                                      "librispeech/test-clean/1089-134686-0000.flac", "fleurs/fleurs-de-001.ogg")]
+    long = str(podcast_file)
+    options = DecodingOptions(word_timestamps=words)
+    outputs = set()
+    for before, after, batch_size in (([], [], 1), ([], [], 4), ([], short[:1], 4), (short, [], 4), (short[1:2], short[2:], 2)):
+        results = list(transcribe(base_pair, [*before, long, *after], options, batch_size=batch_size))
+        transcript = results[len(before)]
+        assert transcript.path == long and transcript.text
+        outputs.add((render(transcript, "srt"), json.dumps(transcript.as_dict()["segments"])))
+    assert len(outputs) == 1

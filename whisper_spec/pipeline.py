@@ -55,6 +55,13 @@ PAUSE_SNAP_SECONDS = 1.0
 LANGUAGE_SURE = 0.5
 LANGUAGE_WINDOWS = 4
 
+# a short file's text is checked against the speech detector where the main model gave <|nospeech|> at
+# least this probability, or its tokens an average log-probability under this, or the audio is shorter
+# (decisions, "No text where nobody speaks")
+DOUBT_NO_SPEECH = 0.2
+DOUBT_LOGPROB = -0.8
+DOUBT_SECONDS = 1.0
+
 
 @dataclass
 class Transcript:
@@ -126,6 +133,7 @@ class _File:
     long: bool  # longer than one window: one language for the whole file, and timestamps
     speech: list[tuple[int, int]] | None  # samples the voice activity detector found (padded), where it ran
     voiced: list[tuple[int, int]] = field(default_factory=list)  # the same, unpadded
+    chunking: ChunkingOptions = ChunkingOptions()  # the detector's settings, where it runs after decoding (_doubtful)
     counted: int = 0  # samples reported to on_window, of a file decoded window after window
     announced: int = 0  # windows whose segments went to on_segments
     language_probability: float | None = None  # where its language was detected once for the whole file
@@ -245,11 +253,10 @@ class _Job:
         out, _ = decode_encoded(pair, encoded, replace(options, timestamps=timestamps, prompt=kind.prompt), languages=langs,
                                 seeds=[zlib.crc32(np.ascontiguousarray(w.audio)) for w in batch], stats=stats,
                                 end_floors=[_end_floor(self.files[w.file], w) for w in batch])
-        if options.word_timestamps or (timestamps and any(_sparse(pair, w, r) for w, r in zip(batch, out))):
-            timed = word_timings(pair.main, encoded.main, [r.tokens for r in out], [r.language for r in out], options.task,
-                                 [len(w.audio) for w in batch])
-            for window, words in zip(batch, timed):
-                window.words = words
+        for row, (window, result) in enumerate(zip(batch, out)):  # timed where its own result asks for it
+            if options.word_timestamps or (timestamps and _sparse(pair, window, result)):
+                window.words = word_timings(pair.main, [(k[row : row + 1], v[row : row + 1]) for k, v in encoded.main],
+                                            result.tokens, result.language, options.task, len(window.audio))
         for window, result in zip(batch, out):
             self.finish(window, result, kind)
 
@@ -335,7 +342,7 @@ def _plan(index: int, path: str, audio: np.ndarray, chunking: ChunkingOptions) -
         voiced = speech_regions(audio, chunking.vad_options, chunking.chunk_length)
         speech = padded(voiced, chunking.vad_options.speech_pad, len(audio))
     if not chunked:
-        file = _File(path, audio, [], False, long, speech, voiced)
+        file = _File(path, audio, [], False, long, speech, voiced, chunking)
         start = _speech_from(file, 0)
         # shorter than one frame of the voice-activity model holds no word, yet the model may write one
         # (decisions, "No text from audio shorter than a VAD frame")
@@ -347,7 +354,7 @@ def _plan(index: int, path: str, audio: np.ndarray, chunking: ChunkingOptions) -
     bounds = [0] + [a for a, _ in chunks[1:]] + [len(audio)]
     windows = [_Window(index, a, audio[a:b], (bounds[i + 1] - bounds[i]) / SAMPLE_RATE)
                for i, (a, b) in enumerate(chunks)]
-    return _File(path, audio, windows, True, long, speech, voiced)
+    return _File(path, audio, windows, True, long, speech, voiced, chunking)
 
 
 def _speech_from(file: _File, start: int) -> int:
@@ -485,9 +492,6 @@ def _kept_segments(pair: WhisperPair, window: _Window, file: _File, timestamps: 
     """A decoded window's segments as its file's transcript keeps them, on the file's timeline."""
     result = window.result
     kept = [] if result.no_speech else _window_segments(pair, window, timestamps)
-    if not keep_words:  # timed only to find where the text ends (_sparse)
-        for segment in kept:
-            segment.words = []
     if loop_ratio is not None and result.compression_ratio > loop_ratio:
         kept = once_each(kept)
     offset = window.start / SAMPLE_RATE
@@ -497,7 +501,25 @@ def _kept_segments(pair: WhisperPair, window: _Window, file: _File, timestamps: 
         segment.compression_ratio, segment.no_speech_prob = result.compression_ratio, result.no_speech_prob
         for word in segment.words:
             word.start, word.end = offset + word.start, offset + word.end
-    return kept if file.speech is None else keep_to_speech(kept, file.speech)
+    if kept and file.speech is None and file.chunking.vad is not False and _doubtful(result, window):
+        file.voiced = speech_regions(file.audio, file.chunking.vad_options, file.chunking.chunk_length)
+        file.speech = padded(file.voiced, file.chunking.vad_options.speech_pad, len(file.audio))
+    if file.speech is not None:
+        kept = keep_to_speech(kept, file.speech, file.voiced)
+    if not keep_words:  # timed only to place the segments (_sparse)
+        for segment in kept:
+            segment.words = []
+    return kept
+
+
+def _doubtful(result: WindowResult, window: _Window) -> bool:
+    """Whether a short file's text is worth checking against the speech detector (which long files
+    always run, and --no-vad never): the main model gave <|nospeech|> DOUBT_NO_SPEECH or more, or doubted its text
+    (average log-probability under DOUBT_LOGPROB), or the audio is under DOUBT_SECONDS. Decisions, "No
+    text where nobody speaks"."""
+    return ((result.no_speech_prob is not None and result.no_speech_prob >= DOUBT_NO_SPEECH)
+            or (result.avg_logprob is not None and result.avg_logprob < DOUBT_LOGPROB)
+            or len(window.audio) < DOUBT_SECONDS * SAMPLE_RATE)
 
 
 def _assemble(pair: WhisperPair, file: _File) -> Transcript:

@@ -27,9 +27,16 @@ END_SLACK_SECONDS = 0.75
 # own (pipeline._skipped; docs/decisions.md, "Long audio").
 SKIP_SECONDS = 2.0
 
-# A segment of long audio less than this fraction of whose time the voice activity detector hears
-# as speech is not kept: Whisper's text for a quiet stretch (docs/decisions.md, "Long audio").
+# A segment less than this fraction of whose time the voice activity detector hears as speech
+# (unpadded) is not kept: Whisper's text for a quiet stretch, music or noise (docs/decisions.md,
+# "No text where nobody speaks").
 HEARD_FRACTION = 0.2
+# A voiced stretch this short and this far from any other is a sound's onset (a drum after speech) more
+# often than a word: it does not make a segment heard (Whisper wrote "Pfff." on one).
+BLIP_SECONDS = 0.3
+BLIP_ISOLATION_SECONDS = 0.5
+# a segment of less time than this (Whisper may give one no length) is judged on this much from its start
+JUDGED_SECONDS = 0.1
 
 
 @dataclass
@@ -111,15 +118,62 @@ def once_each(segments: list[Segment]) -> list[Segment]:
     return [s for s in segments if not (s.text in seen or seen.add(s.text))]
 
 
-def keep_to_speech(segments: list[Segment], speech: list[tuple[int, int]]) -> list[Segment]:
-    """Words moved out of pauses (DTW can stretch the first word after a pause back over it),
-    segments with words spanning their words, and then segments less than HEARD_FRACTION speech
-    dropped (a text in a quiet stretch, such as "Thank you." over room tone)."""
-    words = [word for segment in segments for word in segment.words]
-    for word, (start, end) in zip(words, clamp_to_speech([(w.start, w.end) for w in words], speech)):
-        word.start, word.end = start, end
+def keep_to_speech(segments: list[Segment], speech: list[tuple[int, int]], voiced: list[tuple[int, int]]
+                   ) -> list[Segment]:
+    """Times moved out of pauses, then segments the detector does not hear dropped. speech: its
+    padded regions, voiced: the same unpadded (samples).
+
+    Words and segments without words start and end in speech (vad.clamp_to_speech: DTW can stretch
+    the first word after a pause back over it); a word that still spans a whole pause is put on one side
+    of it (a pause is no part of a word): a segment's first word after it, its last before it, another
+    word on the side where more of its time is voiced; segments with words span their words. Then a segment less than HEARD_FRACTION of whose time is voiced is dropped (text
+    over music, a pause or noise: "Thank you." over room tone, a sentence repeated after its speech)."""
     for segment in segments:
+        spans = [(w.start, w.end) for w in segment.words] or [(segment.start, segment.end)]
+        spans = clamp_to_speech(spans, speech)
         if segment.words:
-            segment.start, segment.end = segment.words[0].start, segment.words[-1].end
-    heard = [speech_within(speech, s.start * SAMPLE_RATE, s.end * SAMPLE_RATE) / SAMPLE_RATE for s in segments]
-    return [s for s, seconds in zip(segments, heard) if seconds >= HEARD_FRACTION * (s.end - s.start)]
+            spans = [_off_pauses(span, i == 0, i == len(spans) - 1, speech, voiced) for i, span in enumerate(spans)]
+            for word, (start, end) in zip(segment.words, spans):
+                word.start, word.end = start, max(start, end)
+        segment.start, segment.end = spans[0][0], max(spans[0][0], spans[-1][1])
+    heard_regions = without_blips(voiced)
+    judged = [(s.start, max(s.end, s.start + JUDGED_SECONDS)) for s in segments]
+    heard = [speech_within(heard_regions, a * SAMPLE_RATE, b * SAMPLE_RATE) / SAMPLE_RATE for a, b in judged]
+    return [s for s, seconds, (a, b) in zip(segments, heard, judged) if seconds >= HEARD_FRACTION * (b - a)]
+
+
+def _off_pauses(span: tuple[float, float], first: bool, last: bool, speech: list[tuple[int, int]],
+                voiced: list[tuple[int, int]]) -> tuple[float, float]:
+    """A word's span on one side of the whole pauses it spans (keep_to_speech)."""
+    start, end = span
+    later, earlier = (after_pauses(span, speech), end), (start, before_pauses(span, speech))
+    if later == span or first:
+        return later
+    if last:
+        return earlier
+    heard = [speech_within(voiced, a * SAMPLE_RATE, b * SAMPLE_RATE) for a, b in (later, earlier)]
+    return later if heard[0] >= heard[1] else earlier
+
+
+def after_pauses(span: tuple[float, float], speech: list[tuple[int, int]]) -> float:
+    """Where a span's start goes so that no whole pause between the regions lies inside it (seconds)."""
+    start, end = span
+    return max([b / SAMPLE_RATE for (_, a), (b, _) in zip(speech, speech[1:])
+                if start <= a / SAMPLE_RATE and b / SAMPLE_RATE < end], default=start)
+
+
+def before_pauses(span: tuple[float, float], speech: list[tuple[int, int]]) -> float:
+    """Where a span's end goes so that no whole pause between the regions lies inside it (seconds)."""
+    start, end = span
+    return min([a / SAMPLE_RATE for (_, a), (b, _) in zip(speech, speech[1:])
+                if start < a / SAMPLE_RATE and b / SAMPLE_RATE <= end], default=end)
+
+
+def without_blips(voiced: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The voiced regions less those shorter than BLIP_SECONDS with BLIP_ISOLATION_SECONDS or more of
+    quiet on both sides."""
+    short, apart = BLIP_SECONDS * SAMPLE_RATE, BLIP_ISOLATION_SECONDS * SAMPLE_RATE
+    gaps = [a - b for (_, b), (a, _) in zip(voiced, voiced[1:])]
+    before, after = [float("inf"), *gaps], [*gaps, float("inf")]
+    return [(a, b) for (a, b), quiet_before, quiet_after in zip(voiced, before, after)
+            if b - a >= short or quiet_before < apart or quiet_after < apart]

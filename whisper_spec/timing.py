@@ -157,48 +157,41 @@ def alignment_heads(model: Whisper) -> list[tuple[int, int]]:
 
 
 @torch.inference_mode()
-def word_timings(model: Whisper, cross: CrossStates, rows: list[list[int]], languages: list[str | None], task: str,
-                 n_samples: list[int]) -> list[list[Word]]:
-    """Words of each row of a batch, timed on the window's timeline; cross: the main decoder's
-    cross-attention states of the batch (encoding.Encoded.main).
-
-    rows: each window's decoded tokens (timestamps are left out); n_samples: the audio samples
-    of each window (the attention is read over those frames only)."""
+def word_timings(model: Whisper, cross: CrossStates, tokens: list[int], language: str | None, task: str,
+                 n_samples: int) -> list[Word]:
+    """A window's words, timed on its timeline; cross: its main decoder cross-attention states
+    (one row of encoding.Encoded.main), tokens: its decoded tokens (timestamps are left out),
+    n_samples: its audio samples (the attention is read over those frames only). One window a call:
+    the alignment's shapes are the window's own, so its times do not depend on the windows decoded
+    beside it (decisions, "A file's output does not depend on its batch")."""
     special, decoder = model.special, model.decoder
-    texts = [[t for t in row if t < special.eot] for row in rows]
-    prompts = [special.prompt(language, task, timestamps=False) for language in languages]
-    sequences = [prompt + text + [special.eot] for prompt, text in zip(prompts, texts)]
-    width = max(len(s) for s in sequences)
+    text = [t for t in tokens if t < special.eot]
+    if not text:
+        return []
+    prompt = special.prompt(language, task, timestamps=False)
+    sequence = prompt + text + [special.eot]
     device = decoder.positional_embedding.device
-    tokens = torch.full((len(rows), width), special.eot, device=device)
-    for row, sequence in enumerate(sequences):
-        tokens[row, : len(sequence)] = torch.tensor(sequence, device=device)
+    width = len(sequence)
     n_ctx = kept_cache_length(decoder) or 0  # the decoding's length where it holds the text: no new caches
-    caches = DecoderCaches(cross, self_attention_caches(decoder, len(rows), n_ctx if n_ctx >= width else width))
+    caches = DecoderCaches(cross, self_attention_caches(decoder, 1, n_ctx if n_ctx >= width else width))
     scores: list[Tensor] = []
-    hidden = decoder.features(tokens, torch.arange(width, device=device).expand(len(rows), -1), caches,
-                              cross_scores=scores)
-    heads = torch.stack([scores[layer][:, head] for layer, head in alignment_heads(model)], dim=1)
+    hidden = decoder.features(torch.tensor([sequence], device=device), torch.arange(width, device=device)[None], caches,
+                              cross_scores=scores)[0]
+    heads = torch.stack([scores[layer][0, head] for layer, head in alignment_heads(model)])
 
-    timings = []
-    for row, (prompt, text, sequence) in enumerate(zip(prompts, texts, sequences)):
-        if not text:
-            timings.append([])
-            continue
-        first = len(prompt) - 1  # <|notimestamps|>: its logits are the first text token's
-        probs = decoder.logits(hidden[row, first : first + len(text)])[:, : special.eot].softmax(dim=-1)
-        token_probs = probs[torch.arange(len(text)), torch.tensor(text, device=device)].tolist()
-        frames = max(n_samples[row] // HOP_LENGTH // 2, 1)  # encoder frames of the audio: 2 mel frames each
-        weights = heads[row, :, : len(sequence), :frames].float().softmax(dim=-1)
-        std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
-        weights = median_filter((weights - mean) / std, MEDIAN_FILTER_WIDTH)
-        matrix = weights.mean(dim=0)[first:-1]  # rows: the positions that predict each text token and the end
-        token_index, frame_index = dtw(-matrix.double().cpu().numpy())
-        first_frames = frame_index[np.diff(token_index, prepend=-1).astype(bool)] * TIME_PRECISION
-        groups = split_words(model.tokenizer, text + [special.eot], languages[row])[:-1]  # the end of text is no word
-        bounds = np.cumsum([0] + [len(g) for g in groups])
-        words = [Word(model.tokenizer.decode(g), float(first_frames[a]), float(first_frames[b]),
-                      float(np.mean(token_probs[a:b])), g) for g, a, b in zip(groups, bounds, bounds[1:])]
-        _cap_sentence_ends(words)
-        timings.append(merge_punctuations(words))
-    return timings
+    first = len(prompt) - 1  # <|notimestamps|>: its logits are the first text token's
+    probs = decoder.logits(hidden[first : first + len(text)])[:, : special.eot].softmax(dim=-1)
+    token_probs = probs[torch.arange(len(text)), torch.tensor(text, device=device)].tolist()
+    frames = max(n_samples // HOP_LENGTH // 2, 1)  # encoder frames of the audio: 2 mel frames each
+    weights = heads[:, :width, :frames].float().softmax(dim=-1)
+    std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
+    weights = median_filter((weights - mean) / std, MEDIAN_FILTER_WIDTH)
+    matrix = weights.mean(dim=0)[first:-1]  # rows: the positions that predict each text token and the end
+    token_index, frame_index = dtw(-matrix.double().cpu().numpy())
+    first_frames = frame_index[np.diff(token_index, prepend=-1).astype(bool)] * TIME_PRECISION
+    groups = split_words(model.tokenizer, text + [special.eot], language)[:-1]  # the end of text is no word
+    bounds = np.cumsum([0] + [len(g) for g in groups])
+    words = [Word(model.tokenizer.decode(g), float(first_frames[a]), float(first_frames[b]),
+                  float(np.mean(token_probs[a:b])), g) for g, a, b in zip(groups, bounds, bounds[1:])]
+    _cap_sentence_ends(words)
+    return merge_punctuations(words)

@@ -63,6 +63,18 @@ def _long(models: dict, audio: np.ndarray, batch_size: int, int8: bool, language
     return "".join(s.text for s in segments)
 
 
+def _long_timed(models: dict, audio: np.ndarray, batch_size: int, int8: bool, language: str | None) -> dict:
+    """A long recording as faster-whisper's batched pipeline (its VAD) segments it, with word times:
+    {"language", "segments": [{"start", "end", "text", "words": [[start, end], ...]}]}."""
+    from faster_whisper import BatchedInferencePipeline
+
+    segments, info = BatchedInferencePipeline(models[int8]).transcribe(
+        audio, language=language, batch_size=batch_size, word_timestamps=True, **_GREEDY)
+    return {"language": info.language,
+            "segments": [{"start": s.start, "end": s.end, "text": s.text,
+                          "words": [[w.start, w.end] for w in s.words or []]} for s in segments]}
+
+
 def _encoder_seconds(models: dict, features: np.ndarray, int8: bool) -> float:
     """Seconds of CTranslate2's encoder on log-mel features [batch, n_mels, 3000]."""
     import ctranslate2
@@ -73,7 +85,7 @@ def _encoder_seconds(models: dict, features: np.ndarray, int8: bool) -> float:
     return time.perf_counter() - start
 
 
-_REQUESTS = {"clips": _clips, "long": _long, "encoder_seconds": _encoder_seconds}
+_REQUESTS = {"clips": _clips, "long": _long, "long_timed": _long_timed, "encoder_seconds": _encoder_seconds}
 
 
 def serve(connection, ct2_dir: str, device: str, threads: int) -> None:
