@@ -79,7 +79,7 @@ def cpu_has_amx() -> bool:
 
 def cpu_limited_to_avx2() -> bool:
     """Whether ATen runs AVX2 kernels at most: an AVX2-only CPU (no AVX-512), or one held to them by
-    ATEN_CPU_CAPABILITY=avx2 (as .ci/run's second pass does, with oneDNN's and MKL's limits beside it)."""
+    ATEN_CPU_CAPABILITY=avx2 (as .ci/run's second pass does, with oneDNN's, MKL's and fbgemm's limits)."""
     return torch.backends.cpu.get_cpu_capability() == "AVX2"
 
 
@@ -163,8 +163,9 @@ def cpu_int8_dtype() -> str | None:
     """The activation dtype int8 decoders run fastest with on this CPU: INT8_ROWS_BY_KIND's (bfloat16
     where not listed) where its kernel runs, else the other's; None where neither kernel runs.
     Decisions, "int8 decoders by default on CPU, and their activations"."""
-    runs = [dtype for dtype, kernel in (("bfloat16", kernel_for("cpu", torch.bfloat16) == "int8pack_mm"),
-                                        ("float32", kernel_for("cpu", torch.float32) == "row_int8")) if kernel]
+    runs = [dtype for dtype, its_kernel_runs in (("bfloat16", kernel_for("cpu", torch.bfloat16) == "int8pack_mm"),
+                                                 ("float32", kernel_for("cpu", torch.float32) == "row_int8"))
+            if its_kernel_runs]
     preferred = INT8_ROWS_BY_KIND.get(device_kind(torch.device("cpu")), "bfloat16")
     return preferred if preferred in runs else next(iter(runs), None)
 
