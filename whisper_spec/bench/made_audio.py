@@ -30,7 +30,7 @@ def _note(frequency: float, seconds: float, rng: np.random.Generator, harmonics:
     return (tone * envelope).astype(np.float32)
 
 
-def _kick(rng: np.random.Generator) -> np.ndarray:
+def _kick() -> np.ndarray:
     t = np.arange(int(0.25 * SAMPLE_RATE)) / SAMPLE_RATE
     frequency = 50 + 100 * np.exp(-30 * t)  # a falling pitch
     return (np.sin(2 * np.pi * np.cumsum(frequency) / SAMPLE_RATE) * np.exp(-12 * t)).astype(np.float32)
@@ -64,7 +64,7 @@ def music(seconds: float, seed: int = 0, bpm: float = 100.0, level_dbfs: float =
         for step in range(8):  # eighth notes: kick on 1 and 3, snare on 2 and 4, hats on every eighth
             t = at + step * beat / 2
             if step % 4 == 0:
-                add(_kick(rng), t, 0.6)
+                add(_kick(), t, 0.6)
             if step % 4 == 2:
                 add(_noise_burst(rng, 0.2, 18.0, bright=False), t, 0.25)
             add(_noise_burst(rng, 0.05, 60.0, bright=True), t, 0.08)
