@@ -129,8 +129,7 @@ def _setup(args, formats: list[str], load: bool = True):
     )
     vad = VadOptions(threshold=args.vad_threshold, min_silence=args.vad_min_silence, speech_pad=args.vad_speech_pad,
                      min_speech=args.vad_min_speech)  # its errors already name the --vad-* settings
-    chunking = _options(ChunkingOptions, chunk_length=args.chunk_length, vad=args.vad, vad_options=vad,
-                        language_per_window=args.language_per_window)
+    chunking = _options(ChunkingOptions, chunk_length=args.chunk_length, vad=args.vad, vad_options=vad)
     shaping = [f"--{name.replace('_', '-')}" for name, value in vars(layout).items() if value]
     if shaping and not set(SUBTITLES) & set(formats):
         note(f"{', '.join(shaping)} shape{'s' * (len(shaping) == 1)} srt and vtt cues; the {', '.join(formats)} output has none")

@@ -173,9 +173,6 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
                       help="stretches of speech shorter than this are dropped (default: %(default)s)")
     long.add_argument("--chunk-length", type=float, default=ChunkingOptions.chunk_length,
                       help="most seconds of audio per window or speech chunk (default: %(default)s)")
-    long.add_argument("--language-per-window", action="store_true",
-                      help="detect the language of each window or speech chunk, for speech that changes language "
-                           "(default: one language a file, detected at its start); with a --language list, among it")
 
 
 def _add_output_options(parser: argparse.ArgumentParser, output_dir_required: bool) -> None:

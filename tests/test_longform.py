@@ -13,7 +13,7 @@ import torch
 from conftest import main_alone, manifest, speech
 
 from whisper_spec.audio import SAMPLE_RATE, load_audio
-from whisper_spec.bench.made_audio import Spoken, music, podcast, words_outside
+from whisper_spec.bench.made_audio import Spoken, language_switching, music, podcast, words_outside
 from whisper_spec.bench.metrics import normalize, word_error_rate
 from whisper_spec.options import ChunkingOptions, DecodingOptions, SubtitleOptions, VadOptions
 from whisper_spec.pair import WhisperPair, decoder_subset
@@ -259,27 +259,54 @@ def test_detecting_a_files_language_encodes_no_window_twice(base_pair, unclear_o
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
-def test_speech_that_changes_language_keeps_each_language_window_by_window(base_pair, tmp_path, mode):
-    """Three English utterances, a pause, three German ones (FLEURS): in one language a file the German
-    comes out in English; with language_per_window each window has its own, the German in German."""
+def test_speech_that_changes_language_between_windows_is_written_in_each_language(base_pair, tmp_path, mode):
+    """Three English utterances, a pause, three German ones (FLEURS): each window in its own language
+    where it is sure of it, so the German in German, not translated into the file's English; the JSON
+    names a segment's language where it is not the transcript's."""
     english = [speech(f"librispeech/test-clean/1089-134686-000{i}.flac") for i in range(3)]
     german = [speech(f"fleurs/fleurs-de-00{i}.ogg") for i in range(3)]
     audio, _ = _joined([_utterance(p) for p in english + german], 0.0, [1.0, 1.0, 8.0, 1.0, 1.0], 1.0)
     path = tmp_path / "en_de.wav"
     soundfile.write(path, audio, S)
     switch = (sum(len(_utterance(p)) for p in english) + 2 * S) / S  # the English ends, the pause begins
-    one = next(transcribe(base_pair, [path], DecodingOptions(), chunking=MODES[mode]))
-    assert {s.language for s in one.segments} == {one.language} == {"en"}
-    assert all("language" not in s for s in one.as_dict()["segments"])
-    per_window = replace(MODES[mode], language_per_window=True)
-    mixed = next(transcribe(base_pair, [path], DecodingOptions(), chunking=per_window))
-    assert [s.language for s in mixed.segments] == ["en" if s.start < switch else "de" for s in mixed.segments]
+    result = next(transcribe(base_pair, [path], DecodingOptions(), chunking=MODES[mode]))
+    assert [s.language for s in result.segments] == ["en" if s.start < switch else "de" for s in result.segments]
     alone = " ".join(r.text for r in transcribe(base_pair, german, DecodingOptions(language="de")))
-    said = " ".join(s.text for s in mixed.segments if s.language == "de")
+    said = " ".join(s.text for s in result.segments if s.language == "de")
     assert word_error_rate([alone], [said], ["de"]) <= 0.1, said
-    assert word_error_rate([alone], [" ".join(s.text for s in one.segments if s.start > switch)], ["de"]) > 0.5
-    languages = [s.get("language", mixed.language) for s in mixed.as_dict()["segments"]]  # named where not the file's
-    assert languages == [s.language for s in mixed.segments]
+    languages = [s.get("language", result.language) for s in result.as_dict()["segments"]]  # named where not the file's
+    assert languages == [s.language for s in result.segments] and "de" in languages and "en" in languages
+
+
+@pytest.fixture(scope="module")
+def switching_recording(tmp_path_factory) -> tuple[Path, list[Spoken], list[str]]:
+    """German, English, French, Spanish (a FLEURS clip each, 55 s), a second of room tone between
+    them: every speech chunk holds two languages. Also the clips' paths."""
+    rows = [next(r for r in manifest() if r["set"] == f"fleurs_{language}") for language in ("de", "en", "fr", "es")]
+    clips = [str(speech(r["path"])) for r in rows]
+    audio, spoken = language_switching([(load_audio(c), r["text"], r["language"]) for c, r in zip(clips, rows)])
+    path = tmp_path_factory.mktemp("switching") / "de_en_fr_es.wav"
+    soundfile.write(path, audio, S)
+    return path, spoken, clips
+
+
+@pytest.mark.slow
+def test_speech_that_changes_language_within_a_chunk_is_cut_and_written_in_each_language(base_pair, switching_recording):
+    """Each part in its own language (the chunk cut where its pieces change language) with about the
+    WER of its clip transcribed alone; the same output alone at batch 1 and beside another file at
+    batch 4 (what decides a chunk's language is its audio and its neighbours', not its batch)."""
+    path, spoken, clips = switching_recording
+    short = str(speech("librispeech/test-clean/1089-134686-0000.flac"))
+    alone = next(transcribe(base_pair, [path], DecodingOptions(), batch_size=1))
+    beside = list(transcribe(base_pair, [short, path], DecodingOptions(), batch_size=4))[1]
+    assert json.dumps(alone.as_dict()["segments"]) == json.dumps(beside.as_dict()["segments"])
+    parts = [[s for s in alone.segments if u.start - 0.5 <= (s.start + s.end) / 2 < u.end + 0.5] for u in spoken]
+    assert all(part and {s.language for s in part} == {u.language} for part, u in zip(parts, spoken)), \
+        [[(s.start, s.end, s.language) for s in part] for part in parts]
+    languages = [u.language for u in spoken]
+    joined = word_error_rate([u.text for u in spoken], [" ".join(s.text for s in part) for part in parts], languages)
+    one_by_one = word_error_rate([u.text for u in spoken], [r.text for r in transcribe(base_pair, clips)], languages)
+    assert joined <= one_by_one + 0.05, (joined, one_by_one)
 
 
 @pytest.mark.slow

@@ -28,6 +28,12 @@ class Encoded:
     def batch(self) -> int:
         return self.main[0][0].shape[0]
 
+    def rows(self, keep: list[int]) -> "Encoded":
+        """These windows only, in this order."""
+        def take(cross: CrossStates | None) -> CrossStates | None:
+            return cross and [(k[keep], v[keep]) for k, v in cross]
+        return Encoded(take(self.main), take(self.assistant))
+
 
 def encoder_states(model: Whisper, mel: Tensor, known: list[Tensor | None] | None = None) -> Tensor:
     """The model's encoder states of a batch of windows, [batch, frames, d_model]; one window a
@@ -80,9 +86,16 @@ def detect_language(model: Whisper, logits: Tensor, candidates: tuple[str, ...] 
 def states_language_probabilities(pair: WhisperPair, states: Tensor, candidates: tuple[str, ...] | None = None
                                   ) -> tuple[list[str], Tensor]:
     """language_probabilities of each window of the main encoder's states (one main decoder step)."""
-    decoder = pair.main.decoder
-    caches = DecoderCaches(decoder.cross_states(states), decoder.new_caches(states.shape[0], 1))
-    return language_probabilities(pair.main, sot_logits(pair.main, caches), candidates)
+    return cross_language_probabilities(pair.main, pair.main.decoder.cross_states(states), candidates)
+
+
+@torch.inference_mode()
+def cross_language_probabilities(model: Whisper, cross: CrossStates, candidates: tuple[str, ...] | None = None
+                                 ) -> tuple[list[str], Tensor]:
+    """language_probabilities of each window of a batch already encoded for the main decoder
+    (Encoded.main): one decoder step, the cross-attention states reused."""
+    caches = DecoderCaches(cross, model.decoder.new_caches(cross[0][0].shape[0], 1))
+    return language_probabilities(model, sot_logits(model, caches), candidates)
 
 
 @torch.inference_mode()

@@ -127,9 +127,6 @@ class ChunkingOptions:
     # a short clip whole (docs/decisions.md, "Long audio: VAD chunks")
     vad: bool | None = None
     vad_options: VadOptions = VadOptions()
-    # False: a file longer than one window is decoded in one language (Whisper's rule; pipeline._file_language);
-    # True: each window detects its own, for speech that changes language (a window is still one language)
-    language_per_window: bool = False
 
     def __post_init__(self):
         if not 0 < self.chunk_length <= CHUNK_SECONDS:

@@ -27,7 +27,9 @@ import torch
 
 from .audio import SAMPLE_RATE, SILENCE_PEAK, AudioError, load_audio, peak
 from .decoding import decode_encoded, encode_batch
-from .encoding import encoder_states, most_likely, pair_features, states_language_probabilities
+from .chunk_languages import LANGUAGE_SURE, PIECE_SURE, language_parts, own_or_file, speech_pieces
+from .encoding import (Encoded, cross_language_probabilities, encoder_states, most_likely, pair_features,
+                       states_language_probabilities)
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
 from .platform import synchronize
@@ -48,11 +50,9 @@ SPARSE_SECONDS_PER_TOKEN = 0.5
 # window ends in a pause within five times this of its end (_pause_before, _window_at).
 PAUSE_SNAP_SECONDS = 1.0
 
-# A long file is decoded in one language, detected on its first window with sound; where that window
-# gives its likeliest language less than this probability (faster-whisper's language detection
-# threshold), the first LANGUAGE_WINDOWS windows of its speech decide together (_file_language;
-# docs/decisions.md, "One language a file").
-LANGUAGE_SURE = 0.5
+# A long file's language is detected on its first window with sound; where that window gives its
+# likeliest language less than LANGUAGE_SURE, the first LANGUAGE_WINDOWS windows of its speech decide
+# together (_file_language; docs/decisions.md, "One language a file").
 LANGUAGE_WINDOWS = 4
 
 # a short file's text is checked against the speech detector where the main model gave <|nospeech|> at
@@ -121,7 +121,10 @@ class _Window:
     # where kept stops at the start of a last segment the window's end cut off: the end of the segment before it
     closed_end: float | None = None
     segments: list[Segment] | None = None  # as the file's transcript keeps them, on its timeline, once decoded
-    states: torch.Tensor | None = None  # its main encoder states, where its file's language detection made them
+    states: torch.Tensor | None = None  # its main encoder states, where a language detection made them
+    language: str | None = None  # what it is decoded in, once decided (_Job.decide_languages); None: its file's
+    likeliest: tuple[str, float] | None = None  # its own likeliest language and its probability, where detected
+    checked: bool = False  # of one language: its pieces were detected, or it continues a decoded window
 
 
 @dataclass
@@ -137,7 +140,8 @@ class _File:
     counted: int = 0  # samples reported to on_window, of a file decoded window after window
     announced: int = 0  # windows whose segments went to on_segments
     language_probability: float | None = None  # where its language was detected once for the whole file
-    detection_seconds: float = 0.0  # that detection's, counted with the file's encoder seconds
+    detects: bool = False  # its chunks are decoded in their own language where sure (chunk_languages)
+    detection_seconds: float = 0.0  # its language detections' (the file's, chunks' own), counted as encoder seconds
 
     @property
     def duration(self) -> float:
@@ -214,8 +218,9 @@ class _Job:
         sound = [w for w in file.windows if not _silent(w.audio)]
         if language is not None:
             self.languages[path] = language
-        elif file.long and pair.main.special.multilingual and sound and not self.chunking.language_per_window:
-            # one language for the whole file, as Whisper does: windows decoded apart could disagree
+        elif file.long and pair.main.special.multilingual and sound:
+            # the file's language, where a chunk is not sure of its own: windows decoded apart could disagree
+            file.detects = True
             synchronize(pair.device)
             start = time.perf_counter()
             self.languages[path], file.language_probability = _file_language(pair, file, sound[0], self.chunk,
@@ -246,10 +251,16 @@ class _Job:
         if not self.pending[kind]:
             del self.pending[kind]
         mel, assistant_mel = pair_features(pair, [w.audio for w in batch])
-        langs = [self.languages.get(self.paths[w.file], options.language) for w in batch]
         encoded, stats = encode_batch(pair, mel, options, assistant_mel, [w.states for w in batch])
         for window in batch:
             window.states = None
+        if any(self.files[w.file].detects and w.language is None for w in batch):
+            keep = self.decide_languages(batch, encoded, kind)
+            if len(keep) < len(batch):  # those cut into parts of one language are queued again
+                batch, encoded, stats.windows = [batch[i] for i in keep], encoded.rows(keep), len(keep)
+                if not batch:
+                    return
+        langs = [w.language or self.languages.get(self.paths[w.file], options.language) for w in batch]
         out, _ = decode_encoded(pair, encoded, replace(options, timestamps=timestamps, prompt=kind.prompt), languages=langs,
                                 seeds=[zlib.crc32(np.ascontiguousarray(w.audio)) for w in batch], stats=stats,
                                 end_floors=[_end_floor(self.files[w.file], w) for w in batch])
@@ -259,6 +270,85 @@ class _Job:
                                             result.tokens, result.language, options.task, len(window.audio))
         for window, result in zip(batch, out):
             self.finish(window, result, kind)
+
+    def decide_languages(self, batch: list[_Window], encoded: Encoded, kind: _Kind) -> list[int]:
+        """The language of each window of the batch whose file detects its chunks' own: its likeliest
+        where sure, else its file's (chunk_languages). A speech chunk at a change of language (its own
+        language or a neighbour's is another) is checked piece by piece, and where its pieces are in
+        more than one language, it is cut into parts of one language, queued in its place. Returns the
+        rows to decode now. What decides a window is its own audio and its neighbours': never its batch."""
+        rows = [i for i, w in enumerate(batch) if self.files[w.file].detects and w.language is None]
+        codes, probabilities = cross_language_probabilities(self.pair.main, encoded.rows(rows).main,
+                                                            self.options.language_candidates)
+        for i, likeliest, probability in zip(rows, *most_likely(codes, probabilities)):
+            batch[i].likeliest = likeliest, probability
+        keep = []
+        for i, window in enumerate(batch):
+            if i in rows:
+                file = self.files[window.file]
+                window.language = self.chunk_language(file, window)
+                if file.chunked and not window.checked and self.at_a_change(file, window):
+                    parts = self.cut_by_language(file, window)
+                    if len(parts) > 1:
+                        at = file.windows.index(window)
+                        file.windows[at : at + 1] = parts
+                        for part in parts:
+                            self.queue(part, kind)
+                        continue
+            keep.append(i)
+        return keep
+
+    def chunk_language(self, file: _File, window: _Window) -> str:
+        """What a window is decoded in: decided, else its likeliest where sure (detected on its own
+        encoder states, made where missing), else its file's."""
+        if window.language is not None:
+            return window.language
+        if window.likeliest is None:
+            (window.likeliest,) = self.detect(file, [window])
+        return own_or_file(*window.likeliest, self.languages[file.path])
+
+    def detect(self, file: _File, windows: list[_Window]) -> list[tuple[str, float]]:
+        """Each window's likeliest language and its probability, each encoded alone and keeping its
+        encoder states (_encoded_language); the seconds count with the file's encoder seconds."""
+        synchronize(self.pair.device)
+        start = time.perf_counter()
+        found = list(zip(*most_likely(*_encoded_language(self.pair, windows, self.options.language_candidates))))
+        synchronize(self.pair.device)
+        file.detection_seconds += time.perf_counter() - start
+        return found
+
+    def at_a_change(self, file: _File, window: _Window) -> bool:
+        """Whether a speech chunk's language is not that of a neighbouring chunk with sound (the file's
+        before the first): where the language changes. The chunk after it is detected now where it is
+        not in this batch, its encoder states kept for its own."""
+        sound = [w for w in file.windows if w.language is not None or w.result is None]  # not judged silent
+        at = sound.index(window)
+        before = self.chunk_language(file, sound[at - 1]) if at > 0 else self.languages[file.path]
+        after = [self.chunk_language(file, w) for w in sound[at + 1 : at + 2]]
+        return any(language != window.language for language in [before, *after])
+
+    def cut_by_language(self, file: _File, window: _Window) -> list[_Window]:
+        """A speech chunk as parts of one language (chunk_languages.language_parts): its pieces each
+        encoded and detected alone, a piece in its own likeliest language where PIECE_SURE, else in the
+        chunk's. One part: the chunk itself, its language the pieces'. A part that is one piece keeps
+        that piece's encoder states."""
+        end = window.start + len(window.audio)
+        pieces = speech_pieces(file.voiced, window.start, end)
+        window.checked = True
+        if len(pieces) < 2:
+            return [window]
+        sliced = [_Window(window.file, a, file.audio[a:b], 0.0) for a, b in pieces]
+        languages = [own_or_file(likeliest, probability, window.language, PIECE_SURE)
+                     for likeliest, probability in self.detect(file, sliced)]
+        parts = language_parts(pieces, languages, window.start, end)
+        if len(parts) == 1:
+            window.language = parts[0][2]
+            return [window]
+        states = {(p.start, p.start + len(p.audio)): p.states for p in sliced}
+        cut = [_Window(window.file, a, file.audio[a:b], (b - a) / SAMPLE_RATE, language=language, checked=True,
+                       states=states.get((a, b))) for a, b, language in parts]
+        cut[0].new_seconds = window.new_seconds - sum(p.new_seconds for p in cut[1:])
+        return cut
 
     def finish(self, window: _Window, result: WindowResult, kind: _Kind) -> None:
         """Record a window's result; queue the windows that continue its file, or assemble the file."""
@@ -272,8 +362,8 @@ class _Job:
         following = []
         if file.chunked:
             cuts = list(skipped) if skipped else [] if resume is None else [resume]
-            following = [_Window(window.file, window.start + a, window.audio[a:b], 0.0)
-                         for a, b in zip(cuts, [*cuts[1:], len(window.audio)])]
+            following = [_Window(window.file, window.start + a, window.audio[a:b], 0.0, language=result.language,
+                                 checked=True) for a, b in zip(cuts, [*cuts[1:], len(window.audio)])]
         else:  # the next window starts where this one's text stopped, and ends before speech it skipped
             if resume is not None and window.closed_end is not None and not skipped:
                 resume = _pause_before(file, window, resume)
@@ -284,6 +374,8 @@ class _Job:
                 length = window.start + skipped[1] - start
             following = [_window_at(file, window.file, start, length)] if start < len(file.audio) else []
             window.new_seconds, file.counted = (start - file.counted) / SAMPLE_RATE, start
+            if following and not file.detects:  # what follows is in the language found here
+                following[0].language = result.language
         window.segments = _kept_segments(self.pair, window, file, timestamps, self.options.compression_ratio_threshold,
                                          self.options.word_timestamps)
         if self.on_window is not None:
@@ -292,8 +384,6 @@ class _Job:
         if following:
             at = file.windows.index(window) + 1
             file.windows[at:at] = following
-            if not self.chunking.language_per_window:  # what follows is in the file's language
-                self.languages.setdefault(file.path, result.language)
             for next_window in following:
                 self.queue(next_window, kind)
         elif all(w.result is not None for w in file.windows):

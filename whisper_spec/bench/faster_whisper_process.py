@@ -63,13 +63,15 @@ def _long(models: dict, audio: np.ndarray, batch_size: int, int8: bool, language
     return "".join(s.text for s in segments)
 
 
-def _long_timed(models: dict, audio: np.ndarray, batch_size: int, int8: bool, language: str | None) -> dict:
+def _long_timed(models: dict, audio: np.ndarray, batch_size: int, int8: bool, language: str | None,
+                multilingual: bool = False) -> dict:
     """A long recording as faster-whisper's batched pipeline (its VAD) segments it, with word times:
-    {"language", "segments": [{"start", "end", "text", "words": [[start, end], ...]}]}."""
+    {"language", "segments": [{"start", "end", "text", "words": [[start, end], ...]}]}. multilingual:
+    its language detected again on every segment (faster-whisper's option for speech that changes language)."""
     from faster_whisper import BatchedInferencePipeline
 
     segments, info = BatchedInferencePipeline(models[int8]).transcribe(
-        audio, language=language, batch_size=batch_size, word_timestamps=True, **_GREEDY)
+        audio, language=language, batch_size=batch_size, word_timestamps=True, multilingual=multilingual, **_GREEDY)
     return {"language": info.language,
             "segments": [{"start": s.start, "end": s.end, "text": s.text,
                           "words": [[w.start, w.end] for w in s.words or []]} for s in segments]}

@@ -1,5 +1,6 @@
 """Sounds that are not speech, made from numbers, and podcast-style recordings of real speech with
-them: what a transcript must leave empty (music, pauses, noise) beside what it must transcribe.
+them: what a transcript must leave empty (music, pauses, noise) beside what it must transcribe; and
+recordings whose language changes with every utterance.
 
 Music is chords, a melody and drums (a kick, a snare, hi-hats) at a tempo, each note an enveloped
 sum of harmonics; noise is a bed of brown noise or a crowd-like band of filtered noise. Everything is
@@ -146,3 +147,19 @@ def words_outside(words: list[tuple[float, float]], spoken: list[Spoken], margin
     """How many timed words (start, end in seconds) lie wholly outside every utterance's span widened by
     margin: words the recording does not say (written over music, pauses or noise)."""
     return sum(not any(s.start - margin < (a + b) / 2 < s.end + margin for s in spoken) for a, b in words)
+
+
+def language_switching(utterances: list[tuple[np.ndarray, str, str]], seed: int = 0, pause: float = 1.0
+                       ) -> tuple[np.ndarray, list[Spoken]]:
+    """A recording whose language changes with every utterance (16 kHz audio, its reference text, its
+    language), as in a multilingual meeting: the utterances one after another, pause seconds of room
+    tone (-60 dBFS) between them. Returns the audio and where each utterance was put."""
+    parts, spoken, at = [], [], 0.0
+    for index, (audio, text, language) in enumerate(utterances):
+        if index:
+            parts.append(noise(pause, seed=seed * 1000 + index, kind="brown", level_dbfs=-60.0))
+            at += pause
+        spoken.append(Spoken(at, at + len(audio) / SAMPLE_RATE, text, language))
+        parts.append(audio.astype(np.float32))
+        at += len(audio) / SAMPLE_RATE
+    return np.concatenate(parts), spoken

@@ -138,9 +138,11 @@ class FasterWhisperPeer:
         """A long recording's text as faster-whisper writes it (faster_whisper_process._long)."""
         return self._request("long", audio=audio, batch_size=batch_size, int8=int8, language=language)
 
-    def transcribe_long_timed(self, audio: np.ndarray, batch_size: int, *, int8: bool, language: str | None) -> dict:
+    def transcribe_long_timed(self, audio: np.ndarray, batch_size: int, *, int8: bool, language: str | None,
+                              multilingual: bool = False) -> dict:
         """A long recording's segments with word times, faster-whisper's batched pipeline (_long_timed)."""
-        return self._request("long_timed", audio=audio, batch_size=batch_size, int8=int8, language=language)
+        return self._request("long_timed", audio=audio, batch_size=batch_size, int8=int8, language=language,
+                             multilingual=multilingual)
 
     def encoder_seconds(self, features: np.ndarray, *, int8: bool) -> float:
         """Seconds of CTranslate2's encoder on log-mel features [batch, n_mels, 3000], timed in its process."""
