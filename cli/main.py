@@ -379,8 +379,39 @@ def cmd_models(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    """Load the pair, then serve OpenAI's audio API until SIGTERM or Ctrl-C (requests in flight finish)."""
+    import ipaddress
+    import signal
+
+    from whisper_spec.options import ServerOptions
+
+    try:
+        loopback = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        raise ValueError(f"--host {args.host}: not an IP address or localhost") from None
+    if not loopback and args.api_key is None:
+        raise ValueError(f"--host {args.host} listens beyond this machine: give it an --api-key")
+    options = _options(ServerOptions, model_id=Path(args.model).name, max_batch=args.max_batch,
+                       max_queue=args.max_queue, max_upload_mb=args.max_upload_mb, api_key=args.api_key)
+    note = lambda message: print(f"{PROG}: {message}", file=sys.stderr)  # noqa: E731
+    pair = load_from_args(args, note)
+
+    import uvicorn
+
+    from whisper_spec.server import create_app
+
+    note(f"serving {options.model_id} at http://{args.host}:{args.port}/v1/audio/transcriptions "
+         f"(batches of up to {options.max_batch} windows, {options.max_queue} requests in flight)")
+    # uvicorn re-raises the signal that stopped it once its requests are done: SIGTERM then ends here, exit 0
+    signal.signal(signal.SIGTERM, lambda number, frame: None)
+    uvicorn.run(create_app(pair, options), host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
+                timeout_graceful_shutdown=None)
+    return 0
+
+
 COMMANDS = {"transcribe": cmd_transcribe, "batch": cmd_batch, "distill": cmd_distill, "export": cmd_export,
-            "bench": cmd_bench, "quantize": cmd_quantize, "models": cmd_models}
+            "bench": cmd_bench, "quantize": cmd_quantize, "models": cmd_models, "serve": cmd_serve}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from whisper_spec.options import (
     DecodingOptions,
     DistillOptions,
     RayOptions,
+    ServerOptions,
     VadOptions,
 )
 from whisper_spec.sources import DEFAULT_MODEL
@@ -250,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_parser(sub)
     _add_quantize_parser(sub)
     _add_models_parser(sub)
+    _add_serve_parser(sub)
     for command in sub.choices.values():  # `whisper-spec transcribe --version` too
         command.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     return parser
@@ -386,3 +388,26 @@ def _add_models_parser(sub) -> None:
     models.add_argument("--prepare", nargs="*", metavar="NAME", default=None,
                         help="convert these embedded models now (no names: all)")
     models.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_serve_parser(sub) -> None:
+    serve = sub.add_parser(
+        "serve", help="serve OpenAI's audio API over HTTP, concurrent requests decoded in shared batches",
+        description="An OpenAI-compatible transcription server: POST /v1/audio/transcriptions and "
+                    "/v1/audio/translations (OpenAI's form fields and response formats), GET /v1/models, "
+                    "GET /health. The windows of concurrent requests share the decoder's batches; each "
+                    "response is what `whisper-spec transcribe` gives for the file.")
+    _add_model_options(serve)
+    server = serve.add_argument_group("server")
+    server.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on; other than loopback only with --api-key (default: %(default)s)")
+    server.add_argument("--port", type=int, default=8000, help="(default: %(default)s)")
+    server.add_argument("--max-batch", type=positive_int, default=ServerOptions.max_batch, metavar="N",
+                        help="windows of the requests in flight decoded together (default: %(default)s)")
+    server.add_argument("--max-queue", type=positive_int, default=ServerOptions.max_queue, metavar="N",
+                        help="requests in flight; more are answered 503 with Retry-After (default: %(default)s)")
+    server.add_argument("--max-upload-mb", type=float, default=ServerOptions.max_upload_mb, metavar="MB",
+                        help="largest upload; larger ones are answered 413 (default: %(default)s)")
+    server.add_argument("--api-key", default=None, metavar="KEY",
+                        help="every request must send 'Authorization: Bearer KEY' (default: none, loopback only)")
+    server.add_argument("--quiet", "-q", action="store_true", help="no access log")

@@ -237,3 +237,20 @@ class RayOptions:
     def __post_init__(self):
         if self.actors < 1 or self.threads < 1:
             raise ValueError("actors and threads must be >= 1")
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """`whisper-spec serve`'s (server.create_app)."""
+
+    model_id: str  # what GET /v1/models lists and requests name (besides OpenAI's whisper-1)
+    max_batch: int = BATCH_SIZE  # windows of the requests in flight decoded together
+    max_queue: int = 32  # requests in flight; more are answered 503 with Retry-After
+    max_upload_mb: float = 25.0  # OpenAI's own limit
+    api_key: str | None = None  # every request must send Authorization: Bearer KEY
+
+    def __post_init__(self):
+        if self.max_batch < 1 or self.max_queue < 1:
+            raise ValueError(f"max_batch and max_queue must be at least 1, not {self.max_batch} and {self.max_queue}")
+        if self.max_upload_mb <= 0:
+            raise ValueError(f"max_upload_mb must be positive, not {self.max_upload_mb}")

@@ -68,6 +68,15 @@ class SpecialTokens:
                              "(or their names, such as German)")
         return code
 
+    @staticmethod
+    def language_name(code: str | None) -> str | None:
+        """A language's name as OpenAI's API writes it ("de" -> "german"); None stays None."""
+        if code is None:
+            return None
+        from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+        return LANGUAGES.get(code, code)
+
     @classmethod
     def from_model_dir(cls, path: Path, vocabulary: tokenizers.Tokenizer | None = None) -> "SpecialTokens":
         """From generation_config.json (written by Hugging Face and by our converter) and the

@@ -1,0 +1,238 @@
+"""HTTP requests -> the serving scheduler -> OpenAI's response shapes: `whisper-spec serve`.
+
+OpenAI's audio API (POST /v1/audio/transcriptions and /v1/audio/translations, GET /v1/models) on
+Starlette: the form fields OpenAI takes, its response formats, and its error shape ({"error":
+{"message", "type", "param", "code"}}) for what it refuses. A request's transcript is what
+`whisper-spec transcribe` gives for the file with the same options (serving.Scheduler)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import tempfile
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from .audio import AudioError, load_audio
+from .options import TEMPERATURE_INCREMENT, ChunkingOptions, DecodingOptions, ServerOptions, temperature_schedule
+from .pair import WhisperPair
+from .pipeline import Failure, Transcript
+from .serving import Busy, Scheduler
+from .writers import render
+
+RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
+GRANULARITIES = ("word", "segment")
+FIELDS = {"file", "model", "language", "prompt", "response_format", "temperature", "timestamp_granularities[]", "stream"}
+OPENAI_MODEL = "whisper-1"  # the name OpenAI's clients send by default: the model this server serves
+RETRY_AFTER_SECONDS = 1
+
+
+class ApiError(Exception):
+    """A request refused: its HTTP status and OpenAI's error body."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error", headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.param, self.code, self.kind, self.headers = status, param, code, kind, headers
+
+    def response(self) -> JSONResponse:
+        body = {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}}
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+def create_app(pair: WhisperPair, options: ServerOptions, chunking: ChunkingOptions = ChunkingOptions()) -> Starlette:
+    """The ASGI application: one scheduler (one decoding thread) for the pair, started and stopped
+    with the application's lifespan (its requests in flight finish first)."""
+    state: dict = {}
+
+    @asynccontextmanager
+    async def lifespan(app):
+        state["scheduler"] = Scheduler(pair, options.max_batch, options.max_queue, chunking)
+        yield
+        await run_in_threadpool(state["scheduler"].close)
+
+    async def transcriptions(request: Request) -> Response:
+        return await _audio(request, "transcribe")
+
+    async def translations(request: Request) -> Response:
+        return await _audio(request, "translate")
+
+    async def _audio(request: Request, task: str) -> Response:
+        try:
+            _authorize(request, options.api_key)
+            form = await _form(request, options.max_upload_mb)
+            upload, decoding, response_format, words = _read_form(form, task, pair, options.model_id)
+            audio = await run_in_threadpool(_decode_upload, upload)
+            scheduler: Scheduler = state["scheduler"]
+            try:
+                future = scheduler.submit(upload.filename or "upload", audio, decoding)
+            except Busy as busy:
+                raise ApiError(503, f"the server is busy: {busy}; try again shortly", code="server_busy",
+                               kind="server_error", headers={"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
+            result = await _wait(request, asyncio.wrap_future(future), scheduler, future)
+            if result is None:  # the client left
+                return Response(status_code=499)
+            if isinstance(result, Failure):
+                raise ApiError(400, result.error, param="file")
+            return _respond(result, response_format, words, task, pair)
+        except ApiError as error:
+            return error.response()
+
+    async def models(request: Request) -> Response:
+        try:
+            _authorize(request, options.api_key)
+        except ApiError as error:
+            return error.response()
+        return JSONResponse({"object": "list", "data": [_model(options.model_id)]})
+
+    async def health(request: Request) -> Response:
+        scheduler: Scheduler = state["scheduler"]
+        return JSONResponse({"status": "ok", "model": options.model_id, "in_flight": scheduler.in_flight,
+                             "max_batch": options.max_batch, "max_queue": options.max_queue, **scheduler.stats.as_dict()})
+
+    return Starlette(routes=[
+        Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
+        Route("/v1/audio/translations", translations, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+    ], lifespan=lifespan)
+
+
+def _model(model_id: str) -> dict:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "whisper-spec"}
+
+
+def _authorize(request: Request, api_key: str | None) -> None:
+    if api_key is None:
+        return
+    given = request.headers.get("authorization", "")
+    scheme, _, token = given.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
+        raise ApiError(401, "Incorrect API key provided: send Authorization: Bearer KEY with the server's --api-key",
+                       code="invalid_api_key")
+
+
+async def _form(request: Request, max_upload_mb: float):
+    """The multipart form, its size held to max_upload_mb however the body is sent (413 beyond)."""
+    limit = int(max_upload_mb * 1024 * 1024)
+    if int(request.headers.get("content-length") or 0) > limit:
+        raise ApiError(413, f"the upload is over the server's limit of {max_upload_mb:g} MB (--max-upload-mb)",
+                       param="file", code="file_too_large")
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise ApiError(400, "the request must be multipart/form-data with the audio as 'file'")
+
+    async def limited():
+        received = 0
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > limit:
+                raise ApiError(413, f"the upload is over the server's limit of {max_upload_mb:g} MB (--max-upload-mb)",
+                               param="file", code="file_too_large")
+            yield chunk
+
+    try:
+        return await MultiPartParser(request.headers, limited(), max_part_size=limit).parse()
+    except MultiPartException as error:
+        raise ApiError(400, f"the form could not be read: {error.message}") from None
+
+
+def _read_form(form, task: str, pair: WhisperPair, model_id: str) -> tuple[UploadFile, DecodingOptions, str, bool]:
+    """The upload, the decoding options the form asks for (as `whisper-spec transcribe` would take
+    them), the response format, and whether words are timed; ApiError for what OpenAI would refuse."""
+    unknown = sorted(set(form.keys()) - (FIELDS if task == "transcribe" else FIELDS - {"language"}))
+    if unknown:
+        raise ApiError(400, f"Unrecognized request argument supplied: {', '.join(unknown)}", param=unknown[0])
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile):
+        raise ApiError(400, "you must provide a 'file' (the audio) with the request", param="file")
+    model = form.get("model")
+    if not model:
+        raise ApiError(400, "you must provide a model parameter", param="model")
+    if model not in (model_id, OPENAI_MODEL):
+        raise ApiError(404, f"The model `{model}` does not exist: this server serves `{model_id}` "
+                            f"(also named `{OPENAI_MODEL}`)", param="model", code="model_not_found")
+    response_format = form.get("response_format") or "json"
+    if response_format not in RESPONSE_FORMATS:
+        raise ApiError(400, f"'{response_format}' is not one of {', '.join(RESPONSE_FORMATS)} - 'response_format'",
+                       param="response_format")
+    if str(form.get("stream", "false")).lower() not in ("false", "0"):
+        raise ApiError(400, "streamed responses are not supported by this server: leave 'stream' out", param="stream")
+    granularities = form.getlist("timestamp_granularities[]")
+    if any(g not in GRANULARITIES for g in granularities):
+        raise ApiError(400, f"timestamp_granularities[] takes {' and '.join(GRANULARITIES)}, not {granularities}",
+                       param="timestamp_granularities[]")
+    if granularities and response_format != "verbose_json":
+        raise ApiError(400, "response_format must be set verbose_json to use timestamp granularities",
+                       param="timestamp_granularities[]")
+    try:
+        temperature = float(form.get("temperature") or 0.0)
+    except ValueError:
+        raise ApiError(400, f"temperature must be a number, not {form.get('temperature')!r}", param="temperature") from None
+    if not 0.0 <= temperature <= 1.0:
+        raise ApiError(400, f"temperature must be between 0 and 1, not {temperature:g}", param="temperature")
+    language = form.get("language") or None
+    if language is not None:
+        try:
+            language = pair.main.special.language_code(language)
+        except ValueError as error:
+            raise ApiError(400, str(error), param="language") from None
+    words = "word" in granularities
+    options = DecodingOptions(task=task, language=language, prompt=form.get("prompt") or None,
+                              temperature=temperature_schedule(temperature, TEMPERATURE_INCREMENT),
+                              timestamps=response_format in ("srt", "vtt", "verbose_json"), word_timestamps=words)
+    return upload, options, response_format, words
+
+
+def _decode_upload(upload: UploadFile):
+    """The upload's 16 kHz samples; ApiError (400) naming the file where it holds no audio."""
+    name = upload.filename or "upload"
+    upload.file.seek(0, 2)
+    if upload.file.tell() == 0:
+        raise ApiError(400, f"{name}: the file is empty", param="file")
+    upload.file.seek(0)
+    with tempfile.NamedTemporaryFile(suffix=Path(name).suffix) as copy:
+        while chunk := upload.file.read(1 << 20):
+            copy.write(chunk)
+        copy.flush()
+        try:
+            return load_audio(copy.name)
+        except AudioError as error:
+            raise ApiError(400, str(error).replace(copy.name, name), param="file") from None
+
+
+async def _wait(request: Request, result: asyncio.Future, scheduler: Scheduler, future) -> Transcript | Failure | None:
+    """The request's result, or None where its client disconnected first (its windows then leave the batches)."""
+    while True:
+        done, _ = await asyncio.wait([result], timeout=0.25)
+        if done:
+            return result.result()
+        if await request.is_disconnected():
+            scheduler.cancel(future)
+            return None
+
+
+def _respond(transcript: Transcript, response_format: str, words: bool, task: str, pair: WhisperPair) -> Response:
+    if response_format == "json":
+        return JSONResponse({"text": transcript.text})
+    if response_format == "text":
+        return PlainTextResponse(transcript.text + "\n")
+    if response_format in ("srt", "vtt"):
+        return PlainTextResponse(render(transcript, response_format))
+    body = {"task": task, "language": pair.main.special.language_name(transcript.language),
+            "duration": round(transcript.duration, 3), "text": transcript.text,
+            "segments": [{"id": i, "seek": 0, "start": round(s.start, 3), "end": round(s.end, 3), "text": s.text,
+                          "tokens": s.tokens, "temperature": s.temperature, "avg_logprob": s.avg_logprob,
+                          "compression_ratio": s.compression_ratio, "no_speech_prob": s.no_speech_prob}
+                         for i, s in enumerate(transcript.segments)]}
+    if words:
+        body["words"] = [{"word": w.word.strip(), "start": round(w.start, 3), "end": round(w.end, 3)}
+                         for s in transcript.segments for w in s.words]
+    return JSONResponse(body)
