@@ -390,7 +390,8 @@ def test_gpu_check_script_runs_in_its_cpu_dry_mode(tmp_path):
 MAINTAINED = {"cpu_costs": "decoder", "startup": "median_seconds", "speculation_policy": "batch_sizes",
               "round_budget": "precisions", "no_speech": "speech", "word_timestamps": "summary",
               "fallback": "files", "threads": "results", "ray_scaling": "runs", "language_detection": "summary",
-              "cpu_defaults": "results", "podcast": "summary", "language_switching": "summary"}
+              "cpu_defaults": "results", "podcast": "summary", "language_switching": "summary",
+              "serve_load": "configs"}
 
 
 @pytest.mark.slow

@@ -95,8 +95,10 @@ def create_app(pair: WhisperPair, options: ServerOptions, chunking: ChunkingOpti
 
     async def health(request: Request) -> Response:
         scheduler: Scheduler = state["scheduler"]
-        return JSONResponse({"status": "ok", "model": options.model_id, "in_flight": scheduler.in_flight,
-                             "max_batch": options.max_batch, "max_queue": options.max_queue, **scheduler.stats.as_dict()})
+        return JSONResponse({"status": "ok" if scheduler.alive else "stopped", "model": options.model_id,
+                             "in_flight": scheduler.in_flight, "max_batch": options.max_batch,
+                             "max_queue": options.max_queue, **scheduler.stats.as_dict()},
+                            status_code=200 if scheduler.alive else 503)
 
     return Starlette(routes=[
         Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),

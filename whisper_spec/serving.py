@@ -74,6 +74,10 @@ class Scheduler:
     def in_flight(self) -> int:
         return self._in_flight
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def submit(self, name: str, audio: np.ndarray, options: DecodingOptions) -> Future:
         """Queue a request: its 16 kHz samples and options; raises Busy where max_queue are in flight."""
         with self._lock:
@@ -125,15 +129,21 @@ class Scheduler:
                     incoming.append(self._inbox.get_nowait())
                 except queue.Empty:
                     break
-            for request in filter(None, incoming):
-                if not request.future.cancelled():
-                    self._add(jobs, requests, request)
-            self._drop_cancelled(jobs, requests)
-            waiting = [job for job in jobs.values() if job.pending]
-            if waiting:  # the job whose oldest request waits longest
-                self._flush(min(waiting, key=_oldest), requests)
-            for key in [key for key, job in jobs.items() if not job.files and not job.pending]:
-                del jobs[key]
+            try:
+                for request in filter(None, incoming):
+                    if not request.future.cancelled():
+                        self._add(jobs, requests, request)
+                self._drop_cancelled(jobs, requests)
+                waiting = [job for job in jobs.values() if job.pending]
+                if waiting:  # the job whose oldest request waits longest
+                    self._flush(min(waiting, key=_oldest), requests)
+                for key in [key for key, job in jobs.items() if not job.files and not job.pending]:
+                    del jobs[key]
+            except Exception as error:  # noqa: BLE001 -- a fault of the scheduler's own: answer everyone, go on
+                for request in requests.values():
+                    _answer(request, Failure(request.name, f"{request.name}: the server failed: {error}"))
+                jobs.clear()
+                requests.clear()
 
     def _add(self, jobs: dict, requests: dict, request: _Request) -> None:
         """Plan a request's windows into the job of its options: requests that differ only in language
@@ -189,10 +199,7 @@ class Scheduler:
             _forget(job, index)
             if isinstance(result, Transcript):
                 result.path = request.name
-            try:
-                request.future.set_result(result)
-            except InvalidStateError:  # cancelled meanwhile: its client left
-                pass
+            _answer(request, result)
 
     def _drop_cancelled(self, jobs: dict, requests: dict) -> None:
         for (options, index), request in list(requests.items()):
@@ -210,6 +217,13 @@ class Scheduler:
             job.pending[kind] = [w for w in job.pending[kind] if w.file != index]
             if not job.pending[kind]:
                 del job.pending[kind]
+
+
+def _answer(request: _Request, result: Transcript | Failure) -> None:
+    try:
+        request.future.set_result(result)
+    except InvalidStateError:  # cancelled meanwhile: its client left
+        pass
 
 
 def _oldest(job: _Job) -> int:
