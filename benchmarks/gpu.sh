@@ -16,6 +16,8 @@
 #   memory.json     GPU memory of the loaded pair and peak while decoding, float16 against int8
 #   cuda_libraries.json  which cuBLAS a process without torch loads (CTranslate2's PyPI build wants CUDA
 #                   12's libcublas.so.12): why the faster-whisper peer could not run, where it could not
+#   serve_load_16.json, serve_load_32.json  whisper-spec serve on the GPU under 16 and 32 concurrent clients
+#                   (--max-batch 16 against 1, 60 s each; benchmarks/serve_load.py)
 #   summary.md      one table of all of it, with the targets (also printed)
 # Usage:
 #   benchmarks/gpu.sh [OUT]        default OUT: benchmarks/results/gpu_<GPU name>
@@ -70,6 +72,12 @@ part 120 "wide batches" whisper-spec bench "$speech/manifest.jsonl" --set libris
   --speculation on --peers none "${wide[@]}" ${GPU_BENCH_ARGS:-} --output-dir "$out/wide_batches" 2>&1 | tee -a "$out/bench.log" || status=1
 part 90 "memory" python benchmarks/gpu_memory.py --device $device "${memory[@]}" --output "$out/memory.json" > /dev/null \
   || status=1
+if [ $dry = 0 ]; then
+  for clients in 16 32; do
+    part 200 "serve load, $clients clients" python benchmarks/serve_load.py --device cuda --clients $clients --seconds 60 \
+      --max-batch 16 --peers none --output "$out/serve_load_$clients.json" > /dev/null || status=1
+  done
+fi
 [ -s "$out/out_of_time.txt" ] || rm "$out/out_of_time.txt"
 python benchmarks/gpu_summary.py "$out" | tee "$out/summary.md" || status=1
 exit $status

@@ -12,6 +12,7 @@ transcript (`whisper-spec transcribe`'s text for the file, computed first in thi
 
     python benchmarks/serve_load.py --clients 8 --seconds 120 --output benchmarks/results/serve_load_epyc_cpu.json
     python benchmarks/serve_load.py --dry --output /tmp/serve_load.json   # 2 clients, 10 s, no peer
+    python benchmarks/serve_load.py --device cuda --clients 32 --max-batch 16 --peers none   # on a GPU
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--max-batch", type=int, default=4)
     parser.add_argument("--clips", type=int, default=12, help="LibriSpeech clips in the set, beside 2 long-form files")
+    parser.add_argument("--device", default=None, help="our servers' --device (default: theirs)")
     parser.add_argument("--peers", default="faster-whisper-server")
     parser.add_argument("--output", type=Path)
     args = parse_args(parser, clients=2, seconds=10.0, clips=3, peers="none")
@@ -126,7 +128,8 @@ def main() -> int:
     clips = [SPEECH / r["path"] for r in rows if r["set"] == "librispeech"][: args.clips]
     long = [SPEECH / r["path"] for r in rows if r["set"] == "longform"][:2]
     files = [(p, soundfile.info(p).duration) for p in [*clips, *long]]
-    pair = command_line_pair()  # what `whisper-spec serve` loads with no flags
+    device = ["--device", args.device] if args.device else []
+    pair = command_line_pair(*device)  # what `whisper-spec serve` loads with these flags
     offline = {p.name: t.text for p, t in zip([p for p, _ in files],
                                                transcribe(pair, [str(p) for p, _ in files], DecodingOptions()))}
     report = {"machine": machine_info(pair.device), "clients": args.clients, "seconds": args.seconds,
@@ -139,7 +142,7 @@ def main() -> int:
     for name, batch in configs.items():
         port = free_port()
         runs.append((name, [sys.executable, "-c", "from whisper_spec.cli import run; run()", "serve", "--port", str(port),
-                            "--max-batch", str(batch), "-q"], port, "/health", None))
+                            "--max-batch", str(batch), "-q", *device], port, "/health", None))
     left_out = {}
     if "faster-whisper-server" in args.peers.split(","):
         try:
