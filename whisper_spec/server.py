@@ -66,6 +66,7 @@ def create_app(pair: WhisperPair, options: ServerOptions, chunking: ChunkingOpti
         return await _audio(request, "translate")
 
     async def _audio(request: Request, task: str) -> Response:
+        form = None
         try:
             _authorize(request, options.api_key)
             form = await _form(request, options.max_upload_mb)
@@ -85,6 +86,9 @@ def create_app(pair: WhisperPair, options: ServerOptions, chunking: ChunkingOpti
             return _respond(result, response_format, words, task, pair)
         except ApiError as error:
             return error.response()
+        finally:
+            if form is not None:  # the upload's spooled file
+                await form.close()
 
     async def models(request: Request) -> Response:
         try:
