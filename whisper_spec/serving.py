@@ -162,8 +162,7 @@ class Scheduler:
             language = self.pair.main.special.language_code(request.options.language)
             job.add(request.index, path, request.audio, language)
         except Exception as error:  # noqa: BLE001 -- this request's failure, never the server's
-            job.files.pop(request.index, None)
-            self._drop_windows(job, request.index)
+            _withdraw(job, request.index)
             job.done[request.index] = Failure(request.name, f"{request.name}: {error}")
         self._deliver(job, requests)
 
@@ -178,10 +177,8 @@ class Scheduler:
             job.flush(kind)
         except Exception:  # noqa: BLE001
             for index in sorted({w.file for w in batch}):
-                request = requests[job.options, index]
-                self._drop_windows(job, index)
-                job.files.pop(index, None)
-                job.done[index] = self._alone(request)
+                _withdraw(job, index)
+                job.done[index] = self._alone(requests[job.options, index])
         self._deliver(job, requests)
 
     def _alone(self, request: _Request) -> Transcript | Failure:
@@ -204,19 +201,9 @@ class Scheduler:
     def _drop_cancelled(self, jobs: dict, requests: dict) -> None:
         for (options, index), request in list(requests.items()):
             if request.future.cancelled():
-                job = jobs[options]
-                self._drop_windows(job, index)
-                job.files.pop(index, None)
-                job.done.pop(index, None)
-                _forget(job, index)
+                _withdraw(jobs[options], index)
+                _forget(jobs[options], index)
                 del requests[options, index]
-
-    @staticmethod
-    def _drop_windows(job: _Job, index: int) -> None:
-        for kind in list(job.pending):
-            job.pending[kind] = [w for w in job.pending[kind] if w.file != index]
-            if not job.pending[kind]:
-                del job.pending[kind]
 
 
 def _answer(request: _Request, result: Transcript | Failure) -> None:
@@ -228,6 +215,16 @@ def _answer(request: _Request, result: Transcript | Failure) -> None:
 
 def _oldest(job: _Job) -> int:
     return min(w.file for windows in job.pending.values() for w in windows)
+
+
+def _withdraw(job: _Job, index: int) -> None:
+    """A request's windows out of the job's queue, and its file and result out of the job."""
+    for kind in list(job.pending):
+        job.pending[kind] = [w for w in job.pending[kind] if w.file != index]
+        if not job.pending[kind]:
+            del job.pending[kind]
+    job.files.pop(index, None)
+    job.done.pop(index, None)
 
 
 def _forget(job: _Job, index: int) -> None:
