@@ -10,6 +10,7 @@ its draws at uniform numbers fixed by the window's seed and the position (sampli
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
@@ -56,6 +57,7 @@ def decode_windows(
     assistant_mel: Tensor | None = None,
     languages: list[str | None] | None = None,
     seeds: list[int] | None = None,
+    hints: list[Sequence[int] | None] | None = None,
 ) -> tuple[list[WindowResult], DecodingStats]:
     """Decode a batch of 30 s windows.
 
@@ -63,10 +65,11 @@ def decode_windows(
     features where it has its own encoder with other mel settings. languages: per row, overriding
     options.language (None: detect). seeds: per row, the window's own seed for sampling, mixed with
     options.seed (the pipeline's: a hash of the window's samples, so a window samples alike in any
-    batch; default 0). options.speculation="off" decodes with the main model alone.
+    batch; default 0). hints: per row, a hypothesis to draft from (decode_encoded).
+    options.speculation="off" decodes with the main model alone.
     """
     encoded, stats = encode_batch(pair, mel, options, assistant_mel)
-    return decode_encoded(pair, encoded, options, languages=languages, seeds=seeds, stats=stats)
+    return decode_encoded(pair, encoded, options, languages=languages, seeds=seeds, stats=stats, hints=hints)
 
 
 @torch.inference_mode()
@@ -79,9 +82,14 @@ def decode_encoded(
     seeds: list[int] | None = None,
     stats: DecodingStats | None = None,
     end_floors: list[float] | None = None,
+    hints: list[Sequence[int] | None] | None = None,
 ) -> tuple[list[WindowResult], DecodingStats]:
     """decode_windows of a batch already encoded (encode_batch). end_floors: per row, seconds into
     the window its text's timestamps reach before it may end (with timestamps; default 0.0: anywhere).
+    hints: per row, a hypothesis of the same audio (a previous decoding's WindowResult.tokens, as a
+    live stream re-decoding its buffer has) that the row drafts from for free where its text meets it
+    (speculative.hinted_drafts); verified, so the tokens are the main model's whatever the hint. Not
+    with speculation off (the main model alone), nor in fixed shapes (GPUs), which ignore them.
 
     Every window is decoded at the first temperature; a window whose text fails (needs_fallback)
     is decoded again at the next one, alone with the others that failed, until one passes or the
@@ -92,11 +100,13 @@ def decode_encoded(
     languages = list(languages) if languages is not None else [options.language] * batch
     seeds = list(seeds) if seeds is not None else [0] * batch
     floors = list(end_floors) if end_floors is not None else [0.0] * batch
-    if not len(languages) == len(seeds) == len(floors) == batch:
-        raise ValueError(f"{len(languages)} languages, {len(seeds)} seeds and {len(floors)} end floors "
-                         f"for {batch} windows")
+    hints = [None if h is None else tuple(h) for h in hints] if hints is not None else [None] * batch
+    if not len(languages) == len(seeds) == len(floors) == len(hints) == batch:
+        raise ValueError(f"{len(languages)} languages, {len(seeds)} seeds, {len(floors)} end floors and "
+                         f"{len(hints)} hints for {batch} windows")
     first_temperature, *fallbacks = options.temperature
-    attempts = [[r] for r in _decode_pass(pair, encoded, options, first_temperature, languages, seeds, floors, stats)]
+    attempts = [[r] for r in _decode_pass(pair, encoded, options, first_temperature, languages, seeds, floors, stats,
+                                          hints=hints)]
     retry = [i for i, tried in enumerate(attempts) if needs_fallback(tried[-1], options)]
     for temperature in fallbacks:
         if not retry:
@@ -105,7 +115,8 @@ def decode_encoded(
         pass_stats = DecodingStats(fallbacks=len(retry))
         results = _decode_pass(pair, encoded, replace(options, cuda_graphs=False), temperature,
                                [attempts[i][0].language for i in retry], [seeds[i] for i in retry],
-                               [floors[i] for i in retry], pass_stats, rows=torch.tensor(retry, device=pair.device))
+                               [floors[i] for i in retry], pass_stats, rows=torch.tensor(retry, device=pair.device),
+                               hints=[hints[i] for i in retry])
         stats.add(pass_stats)
         for i, result in zip(retry, results):
             attempts[i].append(result)
@@ -122,7 +133,7 @@ def _assistant(pair: WhisperPair, options: DecodingOptions) -> Whisper | None:
 
 def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, temperature: float,
                  languages: list[str | None], seeds: list[int], floors: list[float], stats: DecodingStats,
-                 rows: Tensor | None = None) -> list[WindowResult]:
+                 rows: Tensor | None = None, hints: list[tuple[int, ...] | None] | None = None) -> list[WindowResult]:
     """One decoding at this temperature (0: greedy) of every row of the batch, or of these rows."""
     main, device, batch = pair.main, pair.device, len(languages)
     assistant = _assistant(pair, options)
@@ -147,8 +158,10 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
         languages = [language or code for language, code in zip(languages, found)]
     if not main.special.multilingual:
         languages = ["en"] * batch
+    hinted = (options.speculation != "off" and pair.platform.row_invariant  # fixed shapes draft from the assistant only
+              and hints is not None and any(h is not None for h in hints))
     context = _context(pair.platform, main, assistant, options, temperature, seeds, floors, languages, n_ctx,
-                       max_length, device, caches, graphs, previous)
+                       max_length, device, caches, graphs, previous, tuple(hints) if hinted else None)
     state = initial_state(context, languages)
     if after_sot is not None and context.judges_silence and not previous:  # else read at SOT after the prompt
         read_no_speech(context, state, after_sot)
@@ -176,7 +189,7 @@ def previous_tokens(model: Whisper, prompt: str | tuple[int, ...] | None) -> tup
 
 
 def _context(platform, main, assistant, options, temperature, seeds, floors, languages, n_ctx, max_length, device,
-             caches, graphs, previous: tuple[int, ...] = ()) -> Context:
+             caches, graphs, previous: tuple[int, ...] = (), hints: tuple | None = None) -> Context:
     special = main.special
     prompt_length = len(special.prompt(languages[0], options.task, options.timestamps, previous))
     if prompt_length >= max_length:
@@ -190,6 +203,8 @@ def _context(platform, main, assistant, options, temperature, seeds, floors, lan
     floor_tokens = [special.timestamp_begin + round(max(seconds, 0.0) / TIME_PRECISION) for seconds in floors]
     end_floors = torch.tensor(floor_tokens, device=device).clamp(max=main.dims.n_vocab - 1)
     max_draft = 0 if assistant is None else (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens)
+    if hints is not None:  # a hint drafts as far as the cache leaves room for (n_ctx)
+        max_draft = max(max_draft, options.max_draft_tokens)
     drafts = assistant is not None and (options.speculation == "on" or (
         options.speculation == "auto" and auto_drafts(platform, caches.assistant.cross, len(languages))))
     # the widest round either mode can have, whether or not there is an assistant
@@ -202,7 +217,7 @@ def _context(platform, main, assistant, options, temperature, seeds, floors, lan
     return Context(main, assistant, options, rules, draft_rules, temperature, seeds, end_floors, prompt_length, n_ctx,
                     max_length, max_draft, drafts, fixed_width, graphs, step, caches, judges_silence, judges_text,
                     platform.rounds_per_read, compiles_rounds=options.compile and platform.compiles == "rounds",
-                    previous=previous)
+                    previous=previous, hints=hints)
 
 
 def _results(state: State, context: Context, languages: list[str], language_probabilities: list[float | None],

@@ -80,6 +80,9 @@ class Context:
     rounds_per_read: int = 1  # fixed shapes: rounds between host reads of "every row done" (Platform)
     compiles_rounds: bool = False  # fixed shapes: a round's steps through torch.compile (fixed_shapes.round_step)
     previous: tuple[int, ...] = ()  # the prompt's tokens after <|startofprev|> (decoding.previous_tokens)
+    # per row, a hypothesis of the same audio (a previous decoding's tokens after the prompt) whose
+    # continuation the row drafts for free (hinted_drafts); None: none for any row
+    hints: tuple[tuple[int, ...] | None, ...] | None = None
 
     @property
     def sot_position(self) -> int:
@@ -147,12 +150,16 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
         context.caches.keep(active)
         k = int(state.draft_length[active].max()) if context.drafts else 0
         round_drafts, k = timed_part(timing, "draft", draft, context, state, k, stats)
+        assistant_steps = k
+        if context.hints is not None:
+            round_drafts, k = hinted_drafts(context, state, round_drafts, k)
         logits, scored, features = timed_part(timing, "verify", verify, context, state, k, round_drafts, stats)
         if context.judges_silence and state.no_speech is None:
             read_no_speech(context, state, context.main.decoder.logits(features[:, sot_column]))
         n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored)
         logprobs = token_logprobs(state, k, logits, scored, n_accepted, next_token) if state.sums_logprobs else None
-        advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs)
+        advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs,
+                assistant_steps=assistant_steps)
 
 
 def prefill(context: Context, state: State, stats: DecodingStats, features=None) -> None:
@@ -233,6 +240,44 @@ def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple
     return round_drafts, k
 
 
+def hint_continuation(hint: tuple[int, ...], text: list[int], n: int, end: int | None = None, match: int = 2
+                      ) -> list[int]:
+    """Up to n tokens of a hint that would follow a row's text so far, `end` (the token the hint ended
+    with, EOT) after the hint's last: what follows where the text runs along the hint, nothing once it
+    is past the hint's end; where the text left the hint, what follows the occurrence of the text's
+    last `match` tokens in the hint nearest to where the text ends (a word inserted or dropped shifts
+    the rest); [] where none."""
+    full = [*hint, *([] if end is None else [end])]
+    if text[: len(hint)] == list(hint[: len(text)]):
+        return full[len(text) : len(text) + n] if len(text) <= len(hint) else []
+    if len(text) < match:
+        return []
+    tail = text[-match:]
+    found = [i + match for i in range(len(hint) - match + 1) if list(hint[i : i + match]) == tail]
+    if not found:
+        return []
+    at = min(found, key=lambda i: abs(i - len(text)))
+    return full[at : at + n]
+
+
+def hinted_drafts(context: Context, state: State, round_drafts: Tensor, k: int) -> tuple[Tensor, int]:
+    """Each row with a hint drafts the hint's continuation of its text (hint_continuation, up to
+    max_draft tokens, the hint's end followed by EOT) in place of the assistant's drafts; a row whose
+    text has left its hint keeps the assistant's. Verified like any draft, so the tokens stay the
+    main model's; the drafts cost no forward pass. Returns each row's drafts and the round's k."""
+    tokens, start, eot = state.tokens, context.prompt_length, context.main.special.eot
+    lengths, done = state.length.tolist(), state.done.tolist()
+    for row, hint in enumerate(context.hints):
+        if hint is None or done[row]:
+            continue
+        proposal = hint_continuation(hint, tokens[row, start : lengths[row]].tolist(), context.max_draft, end=eot)
+        if proposal:
+            tokens[row, lengths[row] : lengths[row] + len(proposal)] = torch.tensor(proposal, device=tokens.device)
+            round_drafts[row] = len(proposal)
+            k = max(k, len(proposal))
+    return round_drafts, k
+
+
 def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: DecodingStats
            ) -> tuple[Tensor, Tensor, Tensor]:
     """The main decoder scores each row's last accepted token and every draft in one pass.
@@ -289,10 +334,12 @@ def token_logprobs(state: State, k: int, logits: Tensor, scored: Tensor, n_accep
 
 
 def advance(context: Context, state: State, k: int, round_drafts: Tensor, n_accepted: Tensor,
-            next_token: Tensor, adapt: bool = True, logprobs: Tensor | None = None) -> None:
+            next_token: Tensor, adapt: bool = True, logprobs: Tensor | None = None,
+            assistant_steps: int | None = None) -> None:
     """Append each row's kept drafts and next token, end rows at EOT or max_length, roll the
     cache extents back to what was kept, count, (logprobs: token_logprobs) record the kept tokens'
-    log-probabilities, and (adapt: after a round that drafted) adapt the draft lengths."""
+    log-probabilities, and (adapt: after a round that drafted) adapt the draft lengths.
+    assistant_steps: the assistant's forward passes this round, where not k (a hint drafted the rest)."""
     # few ops, each value computed once: on a GPU every op is a kernel of the round's graph
     tokens, length, eot = state.tokens, state.length, context.main.special.eot
     active = ~state.done
@@ -311,7 +358,7 @@ def advance(context: Context, state: State, k: int, round_drafts: Tensor, n_acce
     drafted = torch.where(ended | at_max, torch.minimum(round_drafts, new), round_drafts) * active
     accepted = torch.minimum(n_accepted, drafted)
     live = active.long()
-    state.counts += torch.stack([drafted, accepted, new, live, k * live], dim=1)
+    state.counts += torch.stack([drafted, accepted, new, live, (k if assistant_steps is None else assistant_steps) * live], dim=1)
     state.by_position[:, :, :k] += torch.stack([drafted, accepted])[:, :, None] > steps[:k]
     if logprobs is not None:  # positions past the row's new end get zeros, overwritten by later rounds
         # where, not a product: a rejected draft the rules forbid has log-probability -inf, and -inf * 0 is nan

@@ -1,0 +1,72 @@
+"""Drafts from a hint (a previous hypothesis of the same audio, as a live stream has): free drafts,
+verified, so the tokens are the main model's whatever the hint, in fewer main-model passes."""
+
+import pytest
+import torch
+from conftest import main_alone, perturbed_decoder, random_model
+
+from whisper_spec.decoding import decode_windows
+from whisper_spec.options import DecodingOptions
+from whisper_spec.pair import WhisperPair
+from whisper_spec.speculative import hint_continuation
+
+CPU = torch.device("cpu")
+
+
+def test_a_hint_continues_where_the_text_meets_it():
+    hint = (10, 11, 12, 13, 14, 15)
+    assert hint_continuation(hint, [10, 11], 3) == [12, 13, 14]
+    assert hint_continuation(hint, [], 2) == [10, 11]
+    assert hint_continuation(hint, [10, 11, 20, 12, 13], 2) == [14, 15]  # a token inserted: found again after it
+    assert hint_continuation(hint, [10, 11, 12, 14, 15], 4) == []  # past the hint's end
+    assert hint_continuation(hint, [10, 11, 12, 13, 14], 3, end=0) == [15, 0]  # then the token it ended with
+    assert hint_continuation(hint, [*hint, 16], 3, end=0) == []  # the text went on past the hint's end
+    assert hint_continuation(hint, [30, 31], 3) == []  # nowhere in it
+    # of two occurrences, the one nearest to where the text ends
+    assert hint_continuation((5, 6, 1, 5, 6, 2, 5, 6, 3), [9, 9, 9, 9, 5, 6], 1) == [2]
+
+
+@pytest.fixture(scope="module")
+def pair_and_mel():
+    main = random_model(0, eot_bias=0.1)
+    torch.manual_seed(3)
+    return WhisperPair(main, None, CPU, torch.float32), torch.randn(4, 80, 3000)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.6])
+def test_hinted_rows_give_the_main_models_tokens_in_fewer_passes(pair_and_mel, temperature):
+    """Four rows: no hint, the main model's own output, that output with a token dropped and one
+    changed, and another row's output: every row's tokens are main-only's, and the exact hint decodes in
+    a pass for every max_draft_tokens tokens."""
+    pair, mel = pair_and_mel
+    options = DecodingOptions(language="en", timestamps=True, temperature=(temperature,), seed=7)
+    main_only, main_stats = decode_windows(pair, mel, main_alone(options))
+    own, other = main_only[1].tokens, main_only[2].tokens
+    assert len(own) > 8 and len(other) > 8
+    edited = [*other[:3], *other[4:6], 1, *other[7:]]
+    hints = [None, own, edited, main_only[0].tokens]
+    hinted, stats = decode_windows(pair, mel, options, hints=hints)
+    assert [r.tokens for r in hinted] == [r.tokens for r in main_only]
+    # the hint and its EOT drafted max_draft_tokens a pass, every one accepted; no assistant ran
+    assert hinted[1].stats.main_forwards == -(-(len(own) + 1) // (options.max_draft_tokens + 1))
+    assert hinted[1].stats.accepted == len(own) + 1 - hinted[1].stats.main_forwards
+    assert hinted[0].stats.drafted == 0 and stats.assistant_forwards == 0
+    assert stats.row_forwards < main_stats.row_forwards
+    # the main model alone takes no drafts, hinted or not
+    _, alone = decode_windows(pair, mel, main_alone(options), hints=hints)
+    assert alone.drafted == 0 and alone.main_forwards == main_stats.main_forwards
+
+
+def test_a_hint_and_an_assistant_draft_together_and_stay_exact():
+    """Past its hint's end (or where its text left the hint) a row drafts from the assistant."""
+    main = random_model(0, eot_bias=0.25)
+    pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), CPU, torch.float32)
+    torch.manual_seed(4)
+    mel = torch.randn(2, 80, 3000)
+    options = DecodingOptions(language="en", speculation="on", draft_tokens=3)
+    main_only, _ = decode_windows(pair, mel, main_alone(options))
+    half = [r.tokens[: len(r.tokens) // 2] for r in main_only]
+    hinted, stats = decode_windows(pair, mel, options, hints=half)
+    _, unhinted = decode_windows(pair, mel, options)
+    assert [r.tokens for r in hinted] == [r.tokens for r in main_only]
+    assert stats.assistant_forwards > 0 and stats.main_forwards < unhinted.main_forwards
