@@ -1,5 +1,6 @@
 """Writers: subtitle cues cut and wrapped by SubtitleOptions, and the tsv table."""
 
+import os
 import re
 from dataclasses import replace
 
@@ -116,3 +117,33 @@ def test_highlighted_words_are_underlined_one_at_a_time_while_spoken(layout):
 def test_a_layout_refuses_nothing_per_line(field):
     with pytest.raises(ValueError, match=f"{field} must be >= 1"):
         SubtitleOptions(**{field: 0})
+
+
+def test_an_output_whose_name_is_as_long_as_the_file_system_allows_is_written(tmp_path):
+    """A 250-byte name is legal; its temporary file's name must not be longer (it was: Errno 36 after
+    decoding, nothing written)."""
+    from whisper_spec.writers import write_atomic
+
+    path = tmp_path / ("é" * 120 + "talk.json")  # 249 bytes in UTF-8
+    assert len(path.name.encode()) >= 245
+    write_atomic(path, "{}")
+    assert path.read_text() == "{}" and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_a_failed_write_names_the_output_it_was_for(tmp_path, monkeypatch):
+    """A full disk (ENOSPC, raised here for the temporary file's write, as the OS does) ends with the
+    output's name, and no temporary file is left."""
+    import errno
+    from pathlib import Path
+
+    from whisper_spec.writers import write_atomic
+
+    def full(self, *args, **kwargs):
+        self.touch()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError) as failure:
+        write_atomic(tmp_path / "talk.srt", "1")
+    assert failure.value.filename == str(tmp_path / "talk.srt") and failure.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []

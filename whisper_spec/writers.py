@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 from operator import attrgetter
 from pathlib import Path
 from typing import Callable
@@ -133,11 +134,16 @@ def render(transcript: Transcript, fmt: str, layout: SubtitleOptions = SubtitleO
 
 
 def write_atomic(path: Path, content: str) -> None:
+    """Write content to path through a temporary file beside it, so a reader never sees half of it.
+    The temporary name is short (a name of up to the file system's limit must not fail for the
+    temporary's length); a failed write names the file it was for."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".whisper-spec-{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
         tmp.write_text(content, encoding="utf-8")
         os.replace(tmp, path)
+    except OSError as error:  # a full disk, a quota: say which output
+        raise OSError(error.errno, error.strerror, str(path)) from error
     finally:
         with contextlib.suppress(OSError):  # a read-only folder: the write's own error is the one to see
             tmp.unlink(missing_ok=True)
