@@ -64,6 +64,22 @@ def test_words_split_at_spaces_and_punctuation_joins_its_word(base_pair):
     assert [(w.start, w.end) for w in words][:2] == [(0, 1), (1, 2)]
 
 
+@pytest.mark.slow
+def test_a_character_never_completed_is_a_word_of_its_own_and_no_word_is_lost(base_pair):
+    """The first byte token of an emoji, then words: openai-whisper makes the lone byte a word; every
+    later token used to join it and was dropped with the end of text."""
+    tokenizer = base_pair.main.tokenizer
+    emoji = tokenizer._tokenizer.encode("🎉", add_special_tokens=False).ids
+    assert len(emoji) > 1 and "\ufffd" in tokenizer.decode(emoji[:1])
+    words = tokenizer._tokenizer.encode(" then we went home.", add_special_tokens=False).ids
+    tokens = [emoji[0], *words]
+    groups = split_words(tokenizer, tokens + [tokenizer.special.eot], "en")
+    assert groups[0] == [emoji[0]] and groups[-1] == [tokenizer.special.eot] and sum(groups[:-1], []) == tokens
+    assert [tokenizer.decode(g) for g in groups[1:-1]] == [" then", " we", " went", " home", "."]
+    # a character completed by the next token stays one piece
+    assert split_words(tokenizer, [*emoji, *words, tokenizer.special.eot], "en")[0] == emoji
+
+
 @pytest.fixture(scope="module")
 def chapter_words():
     """A LibriSpeech chapter (67 s, three windows) with word timestamps, main-only and speculative."""

@@ -87,12 +87,16 @@ def split_words(tokenizer: Tokenizer, tokens: list[int], language: str | None) -
     characters stay together; a word begins at a space, a punctuation mark or a special token
     (at every character in languages written without spaces)."""
     eot = tokenizer.special.eot
-    pieces, current = [], []
+    whole = tokenizer.decode([t for t in tokens if t < eot])
+    pieces, current, offset = [], [], 0
     for token in tokens:
         current.append(token)
         text = tokenizer.decode(current)
-        if "\ufffd" not in text or token >= eot:
+        # an incomplete character the whole text has too is never completed: a piece of its own, as
+        # openai-whisper splits (else every later token joined it, and went with the end of text)
+        if "\ufffd" not in text or token >= eot or whole[offset + text.index("\ufffd") : ][:1] == "\ufffd":
             pieces.append((text, current))
+            offset += len(text)
             current = []
     if current:
         pieces.append((tokenizer.decode(current), current))
