@@ -61,3 +61,66 @@ def test_ctranslate2_directory_is_converted_on_the_fly(monkeypatch, tmp_path):
     model = load_model(ct2_dir)
     assert model.path.parent == tmp_path / "converted"
     assert model.dims.n_vocab == 51864 and not model.special.multilingual
+
+
+def _tiny_en_ct2_copy(folder):
+    """A copy of the embedded tiny.en CTranslate2 directory (model.bin linked, not copied)."""
+    import shutil
+
+    source = sources._locate(EMBEDDED_MODELS["tiny.en"].ct2_dir).parent
+    folder.mkdir()
+    for file in source.iterdir():
+        if file.is_file():
+            (folder / file.name).symlink_to(file) if file.name == "model.bin" else shutil.copyfile(file, folder / file.name)
+    return folder
+
+
+def test_a_ctranslate2_tokenizer_that_holds_the_timestamp_tokens_converts_alike(tmp_path):
+    """Recent hub tokenizers hold <|0.00|> .. <|30.00|> already: converted as one without them (it was
+    refused), and a tokenizer with other tokens there is refused naming what it found."""
+    from tokenizers import AddedToken
+
+    from whisper_spec.ct2 import N_TIMESTAMPS, convert_ct2_to_hf
+
+    plain = _tiny_en_ct2_copy(tmp_path / "plain")
+    with_timestamps = _tiny_en_ct2_copy(tmp_path / "with_timestamps")
+    tokenizer = Tokenizer.from_file(str(with_timestamps / "tokenizer.json"))
+    tokenizer.add_special_tokens([AddedToken(f"<|{i * 0.02:.2f}|>", special=False, normalized=False)
+                                  for i in range(N_TIMESTAMPS)])
+    tokenizer.save(str(with_timestamps / "tokenizer.json"))
+    a, b = convert_ct2_to_hf(plain, tmp_path / "a"), convert_ct2_to_hf(with_timestamps, tmp_path / "b")
+    assert (a / "tokenizer.json").read_text() == (b / "tokenizer.json").read_text()
+    other = _tiny_en_ct2_copy(tmp_path / "other")
+    tokenizer = Tokenizer.from_file(str(other / "tokenizer.json"))
+    tokenizer.add_special_tokens(["<|something|>"])
+    tokenizer.save(str(other / "tokenizer.json"))
+    with pytest.raises(Exception, match="1 tokens after <|notimestamps|>"):
+        convert_ct2_to_hf(other, tmp_path / "c")
+
+
+def test_a_failed_conversion_leaves_no_partial_model_and_a_missing_tokenizer_is_named(tmp_path, monkeypatch):
+    import whisper_spec.ct2 as ct2
+
+    source = _tiny_en_ct2_copy(tmp_path / "source")
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ct2, "save_safetensors", full)
+    with pytest.raises(OSError):
+        ct2.convert_ct2_to_hf(source, tmp_path / "converted")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["source"]
+    (source / "tokenizer.json").unlink()
+    with pytest.raises(FileNotFoundError, match=f"{source / 'tokenizer.json'}: no such file"):
+        ct2.convert_ct2_to_hf(source, tmp_path / "converted")
+
+
+def test_an_english_only_model_refuses_to_translate():
+    from dataclasses import replace
+
+    from conftest import RANDOM_SPECIAL
+
+    english_only = replace(RANDOM_SPECIAL, lang_to_id={}, transcribe=None, translate=None)
+    assert english_only.prompt(None, "transcribe", False) == [english_only.sot, english_only.no_timestamps]
+    with pytest.raises(ValueError, match="English-only: it transcribes English and cannot translate"):
+        english_only.prompt(None, "translate", False)

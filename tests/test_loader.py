@@ -31,6 +31,9 @@ def test_decoder_only_assistant_reads_no_encoder_and_is_exact(base_pair, tmp_pat
     speculative, stats = decode_windows(pair, mel, DecodingOptions(speculation="on", draft_tokens=3))
     assert [r.tokens for r in main_only] == [r.tokens for r in speculative]
     assert stats.drafted > 0
+    # asked to run its own encoder, it is refused in words a command-line user can act on
+    with pytest.raises(IncompatiblePair, match="has no encoder weights.*--assistant-encoder shared"):
+        load_pair("base", export, assistant_encoder="own")
 
 
 def test_full_model_export_round_trips_through_our_loader_and_transformers(tmp_path):

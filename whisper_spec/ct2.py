@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import struct
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import torch
 from tokenizers import AddedToken, Tokenizer
 
 from .checkpoint import save_safetensors
+from .tokenizer import read_vocabulary
 
 # CTranslate2's DataType enum
 _CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16, 5: None}  # 5: bfloat16
@@ -166,11 +168,16 @@ def _special_ids(tokenizer: Tokenizer, n_vocab: int) -> dict:
 
 
 def _add_timestamp_tokens(tokenizer: Tokenizer, first_id: int) -> None:
-    if tokenizer.get_vocab_size(with_added_tokens=True) != first_id:
-        raise ConversionError("tokenizer.json has tokens after <|notimestamps|>; cannot place the timestamps")
-    tokenizer.add_special_tokens(
-        [AddedToken(f"<|{i * 0.02:.2f}|>", special=False, normalized=False) for i in range(N_TIMESTAMPS)]
-    )
+    """The timestamp tokens <|0.00|> .. <|30.00|> right after <|notimestamps|>: added, or kept where the
+    tokenizer already holds them there (recent hub tokenizers do)."""
+    names = [f"<|{i * 0.02:.2f}|>" for i in range(N_TIMESTAMPS)]
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    if size == first_id + N_TIMESTAMPS and [tokenizer.id_to_token(first_id + i) for i in range(N_TIMESTAMPS)] == names:
+        return
+    if size != first_id:
+        raise ConversionError(f"tokenizer.json has {size - first_id} tokens after <|notimestamps|>, not the "
+                              f"{N_TIMESTAMPS} timestamp tokens <|0.00|> .. <|30.00|>; cannot place the timestamps")
+    tokenizer.add_special_tokens([AddedToken(name, special=False, normalized=False) for name in names])
 
 
 def _hf_configs(ct2_config: dict, dims: dict, ids: dict) -> dict[str, dict]:
@@ -251,19 +258,23 @@ def convert_ct2_to_hf(ct2_dir: Path, output_dir: Path, model_bin: bytes | None =
     ct2_config = json.loads((ct2_dir / "config.json").read_text())
     state_dict, dims = ct2_to_hf_state_dict(read_ct2_model(model_bin, ct2_dir / "model.bin"))
 
-    tokenizer = Tokenizer.from_file(str(ct2_dir / "tokenizer.json"))
+    tokenizer = read_vocabulary(ct2_dir)
     ids = _special_ids(tokenizer, dims["vocab_size"])
     _add_timestamp_tokens(tokenizer, ids["no_timestamps"] + 1)
 
     configs = _hf_configs(ct2_config, dims, ids)
 
-    tmp = output_dir.with_name(output_dir.name + ".partial")
-    tmp.mkdir(parents=True, exist_ok=True)
-    save_safetensors(state_dict, tmp / "model.safetensors", metadata={"format": "pt"})
-    tokenizer.save(str(tmp / "tokenizer.json"))
-    for name, content in configs.items():
-        (tmp / name).write_text(json.dumps(content, indent=2) + "\n")
     if output_dir.exists():
         raise ConversionError(f"{output_dir} already exists")
-    tmp.rename(output_dir)
+    tmp = output_dir.with_name(output_dir.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        save_safetensors(state_dict, tmp / "model.safetensors", metadata={"format": "pt"})
+        tokenizer.save(str(tmp / "tokenizer.json"))
+        for name, content in configs.items():
+            (tmp / name).write_text(json.dumps(content, indent=2) + "\n")
+        tmp.rename(output_dir)
+    except BaseException:  # a full disk, an interruption: no half-converted model is left to be found
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return output_dir

@@ -337,7 +337,8 @@ def load_pair(
         with _reading(path):
             decoder_only = Checkpoint(path).is_decoder_only(json.loads((path / "config.json").read_text()))
         if assistant_encoder == "own" and decoder_only:
-            raise IncompatiblePair(f"assistant {assistant}: has no encoder weights; use assistant_encoder='shared'")
+            raise IncompatiblePair(f"assistant {assistant}: has no encoder weights; let it read the main model's "
+                                   "(--assistant-encoder shared; in Python assistant_encoder='shared')")
         share = assistant_encoder == "shared" or (assistant_encoder == "auto" and decoder_only)
         assistant_model = load_model(path, with_encoder=not share, dtype=assistant_dtype, device=device,
                                      int8=assistant_int8, encoder_precision=encoder_precision)

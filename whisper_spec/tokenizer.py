@@ -41,7 +41,10 @@ class SpecialTokens:
         return {i: lang for lang, i in self.lang_to_id.items()}
 
     def prompt(self, language: str | None, task: str, timestamps: bool, previous: Sequence[int] = ()) -> list[int]:
-        """Decoder prompt: [<|startofprev|> previous] <|startoftranscript|> [<|lang|> <|task|>] [<|notimestamps|>]."""
+        """Decoder prompt: [<|startofprev|> previous] <|startoftranscript|> [<|lang|> <|task|>] [<|notimestamps|>].
+        ValueError for translation with an English-only model (it has no task token: it would transcribe)."""
+        if task == "translate" and not self.multilingual:
+            raise ValueError("this model is English-only: it transcribes English and cannot translate (task translate)")
         tokens = [self.previous, *previous, self.sot] if previous else [self.sot]
         if self.multilingual:
             tokens += [self.lang_to_id[language], self.translate if task == "translate" else self.transcribe]
@@ -116,7 +119,12 @@ class SpecialTokens:
 
 
 def read_vocabulary(path: Path) -> tokenizers.Tokenizer:
-    return tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+    """The model's tokenizer.json; FileNotFoundError naming it where missing (the tokenizers library's
+    own message names no file)."""
+    file = path / "tokenizer.json"
+    if not file.is_file():
+        raise FileNotFoundError(f"{file}: no such file (a Whisper model directory holds its vocabulary there)")
+    return tokenizers.Tokenizer.from_file(str(file))
 
 
 class Tokenizer:
