@@ -119,7 +119,8 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--language", "-l", default=None,
                        help="language code or name such as en, de, German; or a comma-separated list to detect "
                             "among, such as en,de,fr (default: detect among all)")
-    group.add_argument("--task", choices=TASKS, default=DecodingOptions.task)
+    group.add_argument("--task", choices=TASKS, default=DecodingOptions.task,
+                       help="transcribe in the language spoken, or translate into English (default: %(default)s)")
     group.add_argument("--temperature", type=_temperatures, default=f"{DecodingOptions.temperature[0]:g}", metavar="T[,T...]",
                        help="the temperature every window is decoded at (0: greedy), or the comma-separated "
                             "list to try in turn, a window's text failing the thresholds below going on to the "
@@ -299,7 +300,8 @@ def _add_distill_parser(sub) -> None:
                        help="sequences per step (default: %(default)s)")
     train.add_argument("--learning-rate", "--lr", type=float, default=DistillOptions.learning_rate,
                        help="peak AdamW rate (default: %(default)s)")
-    train.add_argument("--warmup-steps", type=int, default=DistillOptions.warmup_steps)
+    train.add_argument("--warmup-steps", type=int, default=DistillOptions.warmup_steps,
+                       help="steps over which the learning rate rises to --lr (default: %(default)s)")
     train.add_argument("--join", type=int, default=DistillOptions.join, metavar="N",
                        help="also train on recordings of N files joined end to end, whose 30 s windows are full and "
                             "cut speech at their edges, as long-form transcription's are (default: none)")
@@ -317,7 +319,9 @@ def _add_distill_parser(sub) -> None:
                             "often (default: %(default)s)")
     train.add_argument("--eval-every", type=int, default=DistillOptions.eval_every,
                        help="steps between held-out evaluations")
-    train.add_argument("--seed", type=int, default=DistillOptions.seed)
+    train.add_argument("--seed", type=int, default=DistillOptions.seed,
+                       help="seed of the held-out split, the joined recordings and their perturbations, the student's "
+                            "initialisation and the training order (default: %(default)s)")
     train.add_argument("--device", type=device, default=None,
                        help="cpu, cuda or cuda:N (default: cuda when available)")
     train.add_argument("--cache-dir", type=Path, default=None,
@@ -333,8 +337,9 @@ def _add_export_parser(sub) -> None:
                     "Face WhisperForCausalLM directory, usable as transformers' assistant_model.")
     export.add_argument("assistant", metavar="ASSISTANT", help="distilled assistant directory")
     export.add_argument("--main", "-m", default=DEFAULT_MODEL, help="its main model (default: %(default)s)")
-    export.add_argument("--output", "-o", type=Path, required=True)
-    export.add_argument("--dtype", choices=DTYPES, default="float16")
+    export.add_argument("--output", "-o", type=Path, required=True, help="the Hugging Face directory to write")
+    export.add_argument("--dtype", choices=DTYPES, default="float16",
+                        help="the dtype of the written weights (default: %(default)s)")
 
 
 def _add_bench_parser(sub) -> None:
@@ -361,12 +366,13 @@ def _add_bench_parser(sub) -> None:
     runs.add_argument("--repeats", type=int, default=BenchOptions.repeats, help="timed repeats, median reported (default: %(default)s)")
     runs.add_argument("--peers", default=",".join(BenchOptions.peers),
                       help="comma-separated peers to run where installed, or none (default: %(default)s)")
-    runs.add_argument("--task", choices=TASKS, default=DecodingOptions.task)
+    runs.add_argument("--task", choices=TASKS, default=DecodingOptions.task,
+                      help="transcribe, or translate into English (default: %(default)s)")
     runs.add_argument("--initial-prompt", metavar="TEXT", default=None,
                       help="text before every utterance, ours and the peers' (transcribe's --initial-prompt)")
     bench.add_argument("--output-dir", "-o", type=Path, default=Path("bench-results"),
                        help="where the report and plots go (default: %(default)s)")
-    bench.add_argument("--quiet", "-q", action="store_true")
+    bench.add_argument("--quiet", "-q", action="store_true", help="no progress bar or notes")
 
 
 def _add_quantize_parser(sub) -> None:
@@ -376,8 +382,9 @@ def _add_quantize_parser(sub) -> None:
                     "int8 weight-only decoder linears (per output channel, symmetric, float32 scales); the encoder "
                     "and other float tensors are kept in --dtype. Loading the result never builds float decoder "
                     "weights. Use it as --model or --assistant; --int8 is then implied for it.")
-    quantize.add_argument("model", metavar="MODEL")
-    quantize.add_argument("--output", "-o", type=Path, required=True)
+    quantize.add_argument("model", metavar="MODEL",
+                          help="embedded model name, model directory, hub id or distilled assistant directory")
+    quantize.add_argument("--output", "-o", type=Path, required=True, help="the directory to write")
     quantize.add_argument("--dtype", choices=DTYPES, default="float16",
                           help="dtype of the tensors that stay float (default: %(default)s)")
 

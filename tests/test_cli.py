@@ -292,3 +292,17 @@ def test_phone_and_browser_recordings_are_read_and_batch_names_what_it_passes_ov
     assert all("Quilter" in (tmp_path / "out" / f"{stem}.txt").read_text() for stem in "abcd")
     assert cli(["batch", str(folder / "*.m4a"), "-o", str(tmp_path / "glob"), "--model", "tiny.en", "--quiet"]) == 0
     assert (tmp_path / "glob" / "a.txt").is_file()
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """No flag or argument without a help line (--task, bench --quiet, export --output and --dtype,
+    quantize MODEL, distill --warmup-steps and --seed had none)."""
+    import argparse
+
+    from whisper_spec.cli.parser import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    silent = [f"{name} {action.option_strings[0] if action.option_strings else action.dest}"
+              for name, command in commands.items() for action in command._actions
+              if not action.help and not isinstance(action, (argparse._HelpAction, argparse._VersionAction))]
+    assert silent == []
