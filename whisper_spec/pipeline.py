@@ -278,8 +278,8 @@ class _Job:
         more than one language, it is cut into parts of one language, queued in its place. Returns the
         rows to decode now. What decides a window is its own audio and its neighbours': never its batch."""
         rows = [i for i, w in enumerate(batch) if self.files[w.file].detects and w.language is None]
-        codes, probabilities = cross_language_probabilities(self.pair.main, encoded.rows(rows).main,
-                                                            self.options.language_candidates)
+        cross = encoded.main if len(rows) == len(batch) else encoded.rows(rows).main  # rows: copies
+        codes, probabilities = cross_language_probabilities(self.pair.main, cross, self.options.language_candidates)
         for i, likeliest, probability in zip(rows, *most_likely(codes, probabilities)):
             batch[i].likeliest = likeliest, probability
         keep = []
