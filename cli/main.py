@@ -159,6 +159,9 @@ def cmd_transcribe(args) -> int:
     formats = _formats(args)
     if args.output_dir is not None:
         check_output_dir(args.output_dir)
+    folder = next((f for f in args.files if f != "-" and Path(f).is_dir()), None)
+    if folder is not None:  # the wrong command, not a bad file: a usage problem, before any model loads
+        raise ValueError(f"{folder}: is a folder, not an audio file (whisper-spec batch transcribes folders)")
     jobs = jobs_of_files(args.files)
     options, chunking, layout, pair, note = _setup(args, formats)
     failures = 0

@@ -30,9 +30,7 @@ def test_bad_files_fail_alone_and_good_ones_finish(capsys, tmp_path):
     not_mp3 = tmp_path / "notes.mp3"
     not_mp3.write_bytes(b"meeting notes, not audio\n" * 10)
     missing = tmp_path / "missing.wav"
-    folder = tmp_path / "recordings"
-    folder.mkdir()
-    code, out, err = run(capsys, missing, empty, QUILTER, corrupt, not_mp3, folder, "--model", "tiny.en",
+    code, out, err = run(capsys, missing, empty, QUILTER, corrupt, not_mp3, "--model", "tiny.en",
                          "--output-dir", tmp_path / "out")
     assert code == 1
     lines = [line for line in err.strip().splitlines() if line.startswith("whisper-spec: error: ")]
@@ -41,7 +39,6 @@ def test_bad_files_fail_alone_and_good_ones_finish(capsys, tmp_path):
     assert str(corrupt) in lines[2] and "cannot decode audio" in lines[2]
     # a file that is there is never said not to exist (libsndfile's words for an mp3 it gives up on)
     assert str(not_mp3) in lines[3] and "cannot decode audio" in lines[3] and "not exist" not in lines[3]
-    assert f"{folder}: is a folder, not an audio file (whisper-spec batch transcribes folders)" in lines[4]
     assert "Quilter" in (tmp_path / "out" / f"{QUILTER.stem}.txt").read_text()
 
 
@@ -306,3 +303,13 @@ def test_every_option_of_every_command_says_what_it_does():
               for name, command in commands.items() for action in command._actions
               if not action.help and not isinstance(action, (argparse._HelpAction, argparse._VersionAction))]
     assert silent == []
+
+
+def test_a_folder_given_to_transcribe_is_a_usage_problem_named_before_any_model_loads(capsys, tmp_path, monkeypatch):
+    """Exit 2 with one line pointing to `batch` (it was each file's failure, exit 1, after loading)."""
+    import whisper_spec.load as load
+
+    monkeypatch.setattr(load, "load_pair", lambda *a, **k: pytest.fail("a model was loaded"))
+    assert main(["transcribe", str(tmp_path), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"whisper-spec: error: {tmp_path}: is a folder, not an audio file (whisper-spec batch transcribes folders)"
