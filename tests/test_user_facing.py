@@ -399,12 +399,15 @@ def test_unusable_audio_is_one_line_each_and_the_rest_finishes(capsys, tmp_path)
     truncated.write_bytes(QUILTER.read_bytes()[:2000])
     text = tmp_path / "notes.wav"
     text.write_text("not audio at all\n" * 50)
-    folder = tmp_path / "folder.wav"
-    folder.mkdir()
-    code, out, err = run(capsys, "transcribe", truncated, text, folder, QUILTER, "-m", "tiny.en", "-q")
+    code, out, err = run(capsys, "transcribe", truncated, text, QUILTER, "-m", "tiny.en", "-q")
     assert code == 1 and "Traceback" not in err and "Quilter" in out
     lines = err.strip().splitlines()
-    assert len(lines) == 3 and [str(p) in line for p, line in zip((truncated, text, folder), lines)] == [True] * 3
+    assert len(lines) == 2 and [str(p) in line for p, line in zip((truncated, text), lines)] == [True] * 2
+    # a folder among the files (even one named like audio) is the wrong command: refused before any work
+    folder = tmp_path / "folder.wav"
+    folder.mkdir()
+    code, out, err = run(capsys, "transcribe", truncated, folder, QUILTER, "-m", "tiny.en", "-q")
+    assert code == 2 and out == "" and err.count("\n") == 1 and f"{folder}: is a folder" in err
 
 
 def test_progress_bar_reaches_its_total_when_a_file_fails_and_writes_above_itself(monkeypatch):
