@@ -78,6 +78,10 @@ def load_from_args(args, note):
     from whisper_spec.load import DEFAULT_ASSISTANT, load_pair
 
     threads = args.threads or idle_cores()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if args.threads and cores and args.threads > cores:
+        note(f"--threads {args.threads}: this process may use {cores} cores; more threads than cores slow torch's "
+             "kernels (docs/usage.md, CPU threads)")
     if threads:  # before loading: the kernels' row-invariance is probed with the threads that will run them
         import torch
 

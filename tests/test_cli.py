@@ -313,3 +313,15 @@ def test_a_folder_given_to_transcribe_is_a_usage_problem_named_before_any_model_
     assert main(["transcribe", str(tmp_path), "-q"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"whisper-spec: error: {tmp_path}: is a folder, not an audio file (whisper-spec batch transcribes folders)"
+
+
+def test_more_threads_than_cores_is_said():
+    """In a process of its own: the flag sets the process's torch threads (and what is probed with them)."""
+    import os
+    import subprocess
+    import sys
+
+    cores = len(os.sched_getaffinity(0))
+    done = subprocess.run([sys.executable, "-c", "from whisper_spec.cli import run; run()", "transcribe", str(QUILTER),
+                           "--model", "tiny.en", "--threads", str(cores + 62)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and f"--threads {cores + 62}: this process may use {cores} cores" in done.stderr
