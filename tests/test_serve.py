@@ -196,7 +196,7 @@ def test_a_full_queue_answers_503_and_sigterm_lets_requests_in_flight_finish(off
         assert all(r.status_code == 200 for r in responses if r.status_code != 503)
         with ThreadPoolExecutor(1) as pool:
             in_flight = pool.submit(server.post, long, key=None)
-            while server.health()["in_flight"] == 0:
+            while server.health()["in_flight"] == 0 and not in_flight.done():
                 time.sleep(0.05)
             server.process.send_signal(signal.SIGTERM)
             response = in_flight.result()
