@@ -129,9 +129,10 @@ def _authorize(request: Request, api_key: str | None) -> None:
 async def _form(request: Request, max_upload_mb: float):
     """The multipart form, its size held to max_upload_mb however the body is sent (413 beyond)."""
     limit = int(max_upload_mb * 1024 * 1024)
+    too_large = ApiError(413, f"the upload is over the server's limit of {max_upload_mb:g} MB (--max-upload-mb)",
+                         param="file", code="file_too_large")
     if int(request.headers.get("content-length") or 0) > limit:
-        raise ApiError(413, f"the upload is over the server's limit of {max_upload_mb:g} MB (--max-upload-mb)",
-                       param="file", code="file_too_large")
+        raise too_large
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise ApiError(400, "the request must be multipart/form-data with the audio as 'file'")
 
@@ -140,8 +141,7 @@ async def _form(request: Request, max_upload_mb: float):
         async for chunk in request.stream():
             received += len(chunk)
             if received > limit:
-                raise ApiError(413, f"the upload is over the server's limit of {max_upload_mb:g} MB (--max-upload-mb)",
-                               param="file", code="file_too_large")
+                raise too_large
             yield chunk
 
     try:
