@@ -21,6 +21,11 @@ def _error(message: str) -> None:
     print(f"{PROG}: error: {message}", file=sys.stderr)
 
 
+def _notes(quiet: bool):
+    """What prints a command's notes on stderr, one line each; nothing with --quiet."""
+    return (lambda message: None) if quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
+
+
 def _pick_device(device: str | None, dtype: str | None, int8: bool | None = False) -> tuple[str, str, bool]:
     """Device, dtype and int8 decoders from the flags; None: the device's default (platform.default_precision)."""
     import torch
@@ -117,7 +122,7 @@ def _setup(args, formats: list[str], load: bool = True):
     from whisper_spec.writers import SUBTITLES, TIMED
 
     timestamps = args.timestamps if args.timestamps is not None else any(f in TIMED for f in formats)
-    note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
+    note = _notes(args.quiet)
     layout = _options(SubtitleOptions, max_words_per_line=args.max_words_per_line, max_line_width=args.max_line_width,
                       max_line_count=args.max_line_count, highlight_words=args.highlight_words)
     # --language de,fr,en: detect among these
@@ -318,7 +323,7 @@ def cmd_bench(args) -> int:
     from whisper_spec.bench.report import markdown_table, write_outputs
     from whisper_spec.load import load_pair
 
-    note = (lambda message: None) if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
+    note = _notes(args.quiet)
     batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     peers = () if args.peers == "none" else tuple(p for p in args.peers.split(",") if p)
     # int8 configurations beside the float ones where asked, or where int8 decoders are the default
@@ -401,7 +406,7 @@ def cmd_serve(args) -> int:
         raise ValueError(f"--host {args.host} listens beyond this machine: give it an --api-key")
     options = _options(ServerOptions, model_id=Path(args.model).name, max_batch=args.max_batch,
                        max_queue=args.max_queue, max_upload_mb=args.max_upload_mb, api_key=args.api_key)
-    note = lambda message: print(f"{PROG}: {message}", file=sys.stderr)  # noqa: E731
+    note = _notes(quiet=False)  # -q quiets the access log only
     pair = load_from_args(args, note)
 
     import uvicorn

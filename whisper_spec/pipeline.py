@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from .audio import SAMPLE_RATE, SILENCE_PEAK, AudioError, load_audio, peak
-from .decoding import decode_encoded, encode_batch
 from .chunk_languages import LANGUAGE_SURE, PIECE_SURE, language_parts, own_or_file, speech_pieces
+from .decoding import decode_encoded, encode_batch
 from .encoding import (Encoded, cross_language_probabilities, encoder_states, most_likely, pair_features,
                        states_language_probabilities)
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions
