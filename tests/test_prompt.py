@@ -57,6 +57,34 @@ def test_a_prompt_leaves_both_modes_one_text_in_both_rounds(name, batch, drafter
     assert [r.tokens for r in unprompted] != [r.tokens for r in reference]  # the decoder read the prompt
 
 
+@pytest.mark.parametrize("name", list(OPTIONS))
+@pytest.mark.parametrize("drafter", ["decoder", "head"])
+def test_rows_with_prompts_and_prefixes_of_their_own_share_a_batch_each_as_if_alone(name, drafter):
+    """A live stream's prompt is its text before its buffer, and its prefix the confirmed text in it:
+    rows with prompts and prefixes of several lengths (and none) in one batch, the no-speech rule on,
+    each row's tokens (its prefix first), no-speech probability and score are those it gets decoded
+    alone with them, in both modes, and in fixed shapes (groups of one length)."""
+    options = replace(OPTIONS[name], no_speech_threshold=0.6, logprob_threshold=-1.0)
+    pair = random_pair(replace(RANDOM_SPECIAL, no_speech=47), head=drafter == "head")
+    torch.manual_seed(7)
+    mel = torch.randn(4, 80, 3000)
+    prompts = [PROMPT, None, PROMPT[:5], PROMPT[3:]]
+    stamp = pair.main.special.timestamp_begin + 4
+    prefixes = [(), PROMPT[2:5], (stamp, *PROMPT[5:12]), ()]
+    seeds = list(range(4))
+    alone = [decode_windows(pair, mel[i : i + 1], main_alone(replace(options, prompt=prompt)), seeds=[seeds[i]],
+                            prefixes=[prefixes[i]])[0][0] for i, prompt in enumerate(prompts)]
+    assert all(list(r.tokens[: len(p)]) == list(p) for r, p in zip(alone, prefixes))
+    assert len({tuple(r.tokens) for r in alone}) > 1
+    for decoding in (pair, fixed_shapes(pair, 2)):
+        for mode in (main_alone(options), options):
+            together, _ = decode_windows(decoding, mel, mode, seeds=seeds, prompts=prompts, prefixes=prefixes)
+            assert [r.tokens for r in together] == [r.tokens for r in alone], (decoding.platform.row_invariant, mode)
+            probabilities = [[r.no_speech_prob for r in results] for results in (together, alone)]
+            assert None not in probabilities[1] and probabilities[0] == pytest.approx(probabilities[1], rel=1e-5)
+            assert scores(together) == pytest.approx(scores(alone), rel=1e-5)
+
+
 def scores(results) -> list[float]:
     """The average log-probabilities the results have (none where no verdict needed them)."""
     return [r.avg_logprob for r in results if r.avg_logprob is not None]

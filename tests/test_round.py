@@ -125,32 +125,32 @@ def test_sampling_accepts_a_draft_where_it_is_the_main_models_own_draw():
 def test_a_rows_text_does_not_end_before_its_timestamps_reach_its_end_floor():
     special = random_model(0).special
     ts = special.timestamp_begin
-    rules = LogitRules(special, RANDOM_DIMS.n_vocab, 3, True, CPU)
+    rules = LogitRules(special, RANDOM_DIMS.n_vocab, True, CPU)
     # after <|0.10|> and a word the text may end: only where the floor is not past <|0.10|>
     row = [special.sot, special.lang_to_id["en"], special.transcribe, ts + 5, 7]
     tokens = torch.tensor([row + [special.eot] * 3] * 3)
     floors = torch.tensor([ts, ts + 5, ts + 6])
     text_likelier = torch.where(torch.arange(RANDOM_DIMS.n_vocab) < ts, 5.0, 0.0).expand(3, -1)
-    logits = rules(text_likelier, tokens, torch.full((3,), len(row)), floors)
+    logits = rules(text_likelier, tokens, torch.full((3,), len(row)), floors, torch.full((3,), 3))
     assert logits[:, special.eot].isfinite().tolist() == [True, True, False]
     # nothing else changes: the row held open may go on in words or close its segment
     assert torch.equal(logits[2].isfinite(), logits[0].isfinite().index_fill(0, torch.tensor([special.eot]), False))
 
 
-def _rules_one_by_one(rules: LogitRules, logits, tokens, lengths, end_floors):
+def _rules_one_by_one(rules: LogitRules, logits, tokens, lengths, end_floors, begins):
     """Whisper's logit rules as openai-whisper and transformers apply them, one masked_fill a rule:
     the reference LogitRules' single mask a step must equal."""
     special, vocab, ninf = rules.special, rules.vocab, float("-inf")
     ts_begin = special.timestamp_begin
     is_ts_vocab = vocab >= ts_begin
     logits = logits.masked_fill(torch.isin(vocab, torch.tensor(special.suppress)), ninf)
-    at_begin = (lengths == rules.sample_begin)[:, None]
+    at_begin = (lengths == begins)[:, None]
     logits = logits.masked_fill(at_begin & torch.isin(vocab, torch.tensor(special.begin_suppress)), ninf)
     if not rules.timestamps:
         return logits
     logits = logits.masked_fill(vocab == special.no_timestamps, ninf)
     for row in range(len(tokens)):
-        sampled = tokens[row, rules.sample_begin: lengths[row]].tolist()
+        sampled = tokens[row, begins[row] : lengths[row]].tolist()
         last_ts = len(sampled) >= 1 and sampled[-1] >= ts_begin
         penultimate_ts = len(sampled) < 2 or sampled[-2] >= ts_begin
         if last_ts:
@@ -170,45 +170,46 @@ def _rules_one_by_one(rules: LogitRules, logits, tokens, lengths, end_floors):
 
 
 def test_logit_rules_mask_as_whisper_rule_by_rule():
-    """Random rows of text and timestamps at every length, with and without timestamps, on the whole
-    vocabulary and on a draft vocabulary: the logits equal the rules applied one by one, bit for bit."""
+    """Random rows of text and timestamps at every length, prompts of several lengths, with and without
+    timestamps, on the whole vocabulary and on a draft vocabulary: the logits equal the rules applied
+    one by one, bit for bit."""
     special = random_model(0).special
-    ts, n_vocab, begin, ctx = special.timestamp_begin, RANDOM_DIMS.n_vocab, 3, 12
+    ts, n_vocab, ctx = special.timestamp_begin, RANDOM_DIMS.n_vocab, 12
     generator = torch.Generator().manual_seed(0)
     for vocab in (None, torch.cat([torch.arange(0, 20), torch.arange(special.eot, n_vocab)])):
         columns = n_vocab if vocab is None else len(vocab)
         for timestamps in (True, False):
-            rules = LogitRules(special, n_vocab, begin, timestamps, CPU, vocab)
+            rules = LogitRules(special, n_vocab, timestamps, CPU, vocab)
             for _ in range(20):
                 n = 16
                 text = torch.randint(0, special.eot, (n, ctx), generator=generator)
                 stamps = torch.randint(ts, n_vocab, (n, ctx), generator=generator).sort(dim=1).values
                 tokens = torch.where(torch.rand(n, ctx, generator=generator) < 0.4, stamps, text)
-                lengths = torch.randint(begin, ctx + 1, (n,), generator=generator)
+                begins = torch.randint(2, 6, (n,), generator=generator)
+                lengths = begins + torch.randint(0, ctx - 4, (n,), generator=generator)
                 floors = torch.randint(ts, ts + 12, (n,), generator=generator)
                 # the timestamps' total beats every text token in some rows and not in others
                 logits = torch.randn(n, columns, generator=generator) * 3
                 logits[: n // 2, -(n_vocab - ts):] += 2.0
-                assert torch.equal(rules(logits, tokens, lengths, floors),
-                                   _rules_one_by_one(rules, logits, tokens, lengths, floors))
+                assert torch.equal(rules(logits, tokens, lengths, floors, begins),
+                                   _rules_one_by_one(rules, logits, tokens, lengths, floors, begins))
 
 
-def test_logit_rules_are_made_once_per_model_prompt_and_vocabulary():
+def test_logit_rules_are_made_once_per_model_and_vocabulary():
     """Every pass asks for its rules (decoding._context): the same arguments get the same rules
-    object, other arguments (prompt length, timestamps, a draft vocabulary) their own, and the
-    least recently used are dropped past KEPT_RULES."""
+    object, other arguments (timestamps, a draft vocabulary) their own, and the least recently used
+    are dropped past KEPT_RULES."""
     special = random_model(0).special
-    first = LogitRules.kept(special, RANDOM_DIMS.n_vocab, 3, True, CPU)
-    assert LogitRules.kept(special, RANDOM_DIMS.n_vocab, 3, True, CPU) is first
+    first = LogitRules.kept(special, RANDOM_DIMS.n_vocab, True, CPU)
+    assert LogitRules.kept(special, RANDOM_DIMS.n_vocab, True, CPU) is first
     vocab = torch.arange(special.timestamp_begin - 20, RANDOM_DIMS.n_vocab)
-    others = [LogitRules.kept(special, RANDOM_DIMS.n_vocab, 4, True, CPU),
-              LogitRules.kept(special, RANDOM_DIMS.n_vocab, 3, False, CPU),
-              LogitRules.kept(special, RANDOM_DIMS.n_vocab, 3, True, CPU, vocab=vocab)]
-    assert len({id(r) for r in [first, *others]}) == 4
-    assert others[2].vocab is vocab and others[1].timestamps is False
-    for length in range(5, 5 + KEPT_RULES):
-        LogitRules.kept(special, RANDOM_DIMS.n_vocab, length, True, CPU)
-    assert LogitRules.kept(special, RANDOM_DIMS.n_vocab, 3, True, CPU) is not first
+    others = [LogitRules.kept(special, RANDOM_DIMS.n_vocab, False, CPU),
+              LogitRules.kept(special, RANDOM_DIMS.n_vocab, True, CPU, vocab=vocab)]
+    assert len({id(r) for r in [first, *others]}) == 3
+    assert others[1].vocab is vocab and others[0].timestamps is False
+    for length in range(KEPT_RULES):
+        LogitRules.kept(special, RANDOM_DIMS.n_vocab, True, CPU, vocab=vocab[length:])
+    assert LogitRules.kept(special, RANDOM_DIMS.n_vocab, True, CPU) is not first
 
 
 def test_kept_drops_the_least_recently_used():

@@ -21,7 +21,7 @@ def exact_joint(model, mel, prompt):
     """p(x1, x2) of the main model under the same rules: {(x1, x2 or None): probability}."""
     vocab = model.dims.n_vocab
     decoder = model.decoder
-    rules = LogitRules(model.special, vocab, len(prompt), False, torch.device("cpu"))
+    rules = LogitRules(model.special, vocab, False, torch.device("cpu"))
     caches = DecoderCaches(decoder.cross_states(model.encoder(mel).expand(vocab, -1, -1)), decoder.new_caches(vocab, 16))
     tokens = torch.tensor(prompt).repeat(vocab, 1)
     tokens = torch.cat([tokens, torch.arange(vocab)[:, None]], dim=1)
@@ -29,8 +29,10 @@ def exact_joint(model, mel, prompt):
     logits = decoder(tokens, positions, caches)
     padded = torch.cat([tokens, torch.zeros(vocab, 4, dtype=torch.long)], dim=1)
     anywhere = torch.full((vocab,), model.special.timestamp_begin)  # no end floor (and no timestamps here)
-    first = torch.softmax(rules(logits[:1, -2], padded[:1], torch.tensor([len(prompt)]), anywhere[:1]) / TEMPERATURE, -1)[0]
-    second = torch.softmax(rules(logits[:, -1], padded, torch.full((vocab,), len(prompt) + 1), anywhere) / TEMPERATURE, -1)
+    begins = torch.full((vocab,), len(prompt))
+    first = torch.softmax(rules(logits[:1, -2], padded[:1], torch.tensor([len(prompt)]), anywhere[:1], begins[:1]) / TEMPERATURE,
+                          -1)[0]
+    second = torch.softmax(rules(logits[:, -1], padded, torch.full((vocab,), len(prompt) + 1), anywhere, begins) / TEMPERATURE, -1)
     joint = {}
     for x1 in range(vocab):
         if first[x1] == 0:

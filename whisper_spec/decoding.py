@@ -58,6 +58,8 @@ def decode_windows(
     languages: list[str | None] | None = None,
     seeds: list[int] | None = None,
     hints: list[Sequence[int] | None] | None = None,
+    prompts: list[str | tuple[int, ...] | None] | None = None,
+    prefixes: list[Sequence[int]] | None = None,
 ) -> tuple[list[WindowResult], DecodingStats]:
     """Decode a batch of 30 s windows.
 
@@ -65,11 +67,12 @@ def decode_windows(
     features where it has its own encoder with other mel settings. languages: per row, overriding
     options.language (None: detect). seeds: per row, the window's own seed for sampling, mixed with
     options.seed (the pipeline's: a hash of the window's samples, so a window samples alike in any
-    batch; default 0). hints: per row, a hypothesis to draft from (decode_encoded).
-    options.speculation="off" decodes with the main model alone.
+    batch; default 0). hints, prompts and prefixes: per row (decode_encoded). options.speculation="off"
+    decodes with the main model alone.
     """
     encoded, stats = encode_batch(pair, mel, options, assistant_mel)
-    return decode_encoded(pair, encoded, options, languages=languages, seeds=seeds, stats=stats, hints=hints)
+    return decode_encoded(pair, encoded, options, languages=languages, seeds=seeds, stats=stats, hints=hints,
+                          prompts=prompts, prefixes=prefixes)
 
 
 @torch.inference_mode()
@@ -83,6 +86,8 @@ def decode_encoded(
     stats: DecodingStats | None = None,
     end_floors: list[float] | None = None,
     hints: list[Sequence[int] | None] | None = None,
+    prompts: list[str | tuple[int, ...] | None] | None = None,
+    prefixes: list[Sequence[int]] | None = None,
 ) -> tuple[list[WindowResult], DecodingStats]:
     """decode_windows of a batch already encoded (encode_batch). end_floors: per row, seconds into
     the window its text's timestamps reach before it may end (with timestamps; default 0.0: anywhere).
@@ -90,6 +95,11 @@ def decode_encoded(
     live stream re-decoding its buffer has) that the row drafts from for free where its text meets it
     (speculative.hinted_drafts); verified, so the tokens are the main model's whatever the hint. Not
     with speculation off (the main model alone), nor in fixed shapes (GPUs), which ignore them.
+    prompts: per row, its own options.prompt (a live stream's text so far); rows of several prompt
+    lengths share the batch where the kernels are row-invariant, and decode in groups of one length
+    where not (fixed shapes). prefixes: per row, tokens (text and timestamps) its result begins with, as
+    if the main model had chosen them (a live stream's confirmed text in its buffer); the rules read
+    them as its own, and the result's tokens include them.
 
     Every window is decoded at the first temperature; a window whose text fails (needs_fallback)
     is decoded again at the next one, alone with the others that failed, until one passes or the
@@ -101,22 +111,26 @@ def decode_encoded(
     seeds = list(seeds) if seeds is not None else [0] * batch
     floors = list(end_floors) if end_floors is not None else [0.0] * batch
     hints = [None if h is None else tuple(h) for h in hints] if hints is not None else [None] * batch
-    if not len(languages) == len(seeds) == len(floors) == len(hints) == batch:
-        raise ValueError(f"{len(languages)} languages, {len(seeds)} seeds, {len(floors)} end floors and "
-                         f"{len(hints)} hints for {batch} windows")
+    prompts = list(prompts) if prompts is not None else [options.prompt] * batch
+    prefixes = [tuple(p) for p in prefixes] if prefixes is not None else [()] * batch
+    if not len(languages) == len(seeds) == len(floors) == len(hints) == len(prompts) == len(prefixes) == batch:
+        raise ValueError(f"{len(languages)} languages, {len(seeds)} seeds, {len(floors)} end floors, {len(hints)} "
+                         f"hints, {len(prompts)} prompts and {len(prefixes)} prefixes for {batch} windows")
+    if any(t < 0 or t >= pair.main.dims.n_vocab or t == pair.main.special.eot for p in prefixes for t in p):
+        raise ValueError(f"a prefix's token ids are text and timestamp tokens, below {pair.main.dims.n_vocab}, not EOT")
+    previous = [previous_tokens(pair.main, prompt) for prompt in prompts]
     first_temperature, *fallbacks = options.temperature
-    attempts = [[r] for r in _decode_pass(pair, encoded, options, first_temperature, languages, seeds, floors, stats,
-                                          hints=hints)]
+    attempts = [[r] for r in _by_prompt_length(pair, encoded, options, first_temperature, list(range(batch)), languages,
+                                               seeds, floors, previous, prefixes, hints, stats)]
     retry = [i for i, tried in enumerate(attempts) if needs_fallback(tried[-1], options)]
     for temperature in fallbacks:
         if not retry:
             break
         # graphs off: a capture for each such batch would cost more than its steps save
         pass_stats = DecodingStats(fallbacks=len(retry))
-        results = _decode_pass(pair, encoded, replace(options, cuda_graphs=False), temperature,
-                               [attempts[i][0].language for i in retry], [seeds[i] for i in retry],
-                               [floors[i] for i in retry], pass_stats, rows=torch.tensor(retry, device=pair.device),
-                               hints=[hints[i] for i in retry])
+        results = _by_prompt_length(pair, encoded, replace(options, cuda_graphs=False), temperature, retry,
+                                    [tried[0].language for tried in attempts], seeds, floors, previous, prefixes, hints,
+                                    pass_stats)
         stats.add(pass_stats)
         for i, result in zip(retry, results):
             attempts[i].append(result)
@@ -131,9 +145,31 @@ def _assistant(pair: WhisperPair, options: DecodingOptions) -> Whisper | None:
     return None if options.speculation == "off" or assistant is None or not assistant.drafts_for(options.task) else assistant
 
 
+def _by_prompt_length(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, temperature: float,
+                      rows: list[int], languages: list, seeds: list[int], floors: list[float],
+                      previous: list[tuple[int, ...]], prefixes: list[tuple[int, ...]], hints: list,
+                      stats: DecodingStats) -> list[WindowResult]:
+    """_decode_pass of these rows of the batch (languages .. hints: the whole batch's), together where
+    the kernels are row-invariant, else in groups of one length of prompt and prefix: fixed shapes read
+    them in a window as wide as they are (fixed_shapes.fixed_draft)."""
+    groups: dict[int, list[int]] = {}
+    for row in rows:
+        length = len(previous[row]) + len(prefixes[row])
+        groups.setdefault(0 if pair.platform.row_invariant else length, []).append(row)
+    found = {}
+    for group in groups.values():
+        index = None if group == list(range(encoded.batch)) else torch.tensor(group, device=pair.device)
+        results = _decode_pass(pair, encoded, options, temperature, *([values[i] for i in group] for values in (
+            languages, seeds, floors, previous, prefixes, hints)), stats, rows=index)
+        found.update(zip(group, results))
+    return [found[row] for row in rows]
+
+
 def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, temperature: float,
-                 languages: list[str | None], seeds: list[int], floors: list[float], stats: DecodingStats,
-                 rows: Tensor | None = None, hints: list[tuple[int, ...] | None] | None = None) -> list[WindowResult]:
+                 languages: list[str | None], seeds: list[int], floors: list[float], previous: list[tuple[int, ...]],
+                 prefixes: list[tuple[int, ...]], hints: list[tuple[int, ...] | None], stats: DecodingStats,
+                 rows: Tensor | None = None
+                 ) -> list[WindowResult]:
     """One decoding at this temperature (0: greedy) of every row of the batch, or of these rows."""
     main, device, batch = pair.main, pair.device, len(languages)
     assistant = _assistant(pair, options)
@@ -146,7 +182,6 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
     graphs = options.cuda_graphs and pair.platform.cuda_graphs
     caches = BatchCaches(decoders, n_ctx, pair.platform.row_invariant, stable=graphs, rows=rows)
 
-    previous = previous_tokens(main, options.prompt)
     synchronize(device)
     start_time = time.perf_counter()
     after_sot, language_probabilities = None, [None] * batch  # of the rows whose language is detected
@@ -159,11 +194,11 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
     if not main.special.multilingual:
         languages = ["en"] * batch
     hinted = (options.speculation != "off" and pair.platform.row_invariant  # fixed shapes draft from the assistant only
-              and hints is not None and any(h is not None for h in hints))
+              and any(h is not None for h in hints))
     context = _context(pair.platform, main, assistant, options, temperature, seeds, floors, languages, n_ctx,
-                       max_length, device, caches, graphs, previous, tuple(hints) if hinted else None)
+                       max_length, device, caches, graphs, tuple(previous), tuple(prefixes), tuple(hints) if hinted else None)
     state = initial_state(context, languages)
-    if after_sot is not None and context.judges_silence and not previous:  # else read at SOT after the prompt
+    if after_sot is not None and context.judges_silence and not any(previous):  # else read at SOT after the prompt
         read_no_speech(context, state, after_sot)
     (speculative_decode if context.fixed_width is None else fixed_shape_decode)(context, state, stats)
     synchronize(device)
@@ -189,16 +224,19 @@ def previous_tokens(model: Whisper, prompt: str | tuple[int, ...] | None) -> tup
 
 
 def _context(platform, main, assistant, options, temperature, seeds, floors, languages, n_ctx, max_length, device,
-             caches, graphs, previous: tuple[int, ...] = (), hints: tuple | None = None) -> Context:
+             caches, graphs, previous: tuple[tuple[int, ...], ...] = (), prefixes: tuple[tuple[int, ...], ...] = (),
+             hints: tuple | None = None) -> Context:
     special = main.special
-    prompt_length = len(special.prompt(languages[0], options.task, options.timestamps, previous))
+    lengths = [len(special.prompt(language, options.task, options.timestamps, row_previous))
+               for language, row_previous in zip(languages, previous or [()] * len(languages))]
+    prompt_length = max(length + len(prefix) for length, prefix in zip(lengths, prefixes or [()] * len(languages)))
     if prompt_length >= max_length:
         raise ValueError(f"a decoder prompt of {prompt_length} tokens leaves no room under max_length {max_length}")
-    rules = LogitRules.kept(special, main.dims.n_vocab, prompt_length, options.timestamps, device)
+    rules = LogitRules.kept(special, main.dims.n_vocab, options.timestamps, device)
     # an assistant with a draft vocabulary gets its rules and argmax on those columns only
     draft_vocab = assistant.decoder.draft_vocab if assistant is not None else None
     draft_rules = rules if draft_vocab is None else LogitRules.kept(
-        special, main.dims.n_vocab, prompt_length, options.timestamps, device, vocab=draft_vocab)
+        special, main.dims.n_vocab, options.timestamps, device, vocab=draft_vocab)
     seeds = row_seeds(options.seed, seeds, device)
     floor_tokens = [special.timestamp_begin + round(max(seconds, 0.0) / TIME_PRECISION) for seconds in floors]
     end_floors = torch.tensor(floor_tokens, device=device).clamp(max=main.dims.n_vocab - 1)
@@ -214,26 +252,27 @@ def _context(platform, main, assistant, options, temperature, seeds, floors, lan
     step = compiled_draft_logits if options.compile and platform.compiles == "drafts" else draft_logits
     judges_silence = options.no_speech_threshold is not None and special.no_speech is not None
     judges_text = options.logprob_threshold is not None and len(options.temperature) > 1
-    return Context(main, assistant, options, rules, draft_rules, temperature, seeds, end_floors, prompt_length, n_ctx,
+    begins = torch.tensor(lengths, device=device)
+    return Context(main, assistant, options, rules, draft_rules, temperature, seeds, end_floors, begins, prompt_length, n_ctx,
                     max_length, max_draft, drafts, fixed_width, graphs, step, caches, judges_silence, judges_text,
                     platform.rounds_per_read, compiles_rounds=options.compile and platform.compiles == "rounds",
-                    previous=previous, hints=hints)
+                    previous=previous, prefixes=prefixes, hints=hints)
 
 
 def _results(state: State, context: Context, languages: list[str], language_probabilities: list[float | None],
              stats: DecodingStats) -> list[WindowResult]:
     """Each row's tokens, counts and no-speech verdict; the batch's times are shared equally by its rows."""
-    batch, eot, start, options = len(languages), context.main.special.eot, context.prompt_length, context.options
+    batch, eot, options = len(languages), context.main.special.eot, context.options
     results = []
     no_speech = state.no_speech.tolist() if state.no_speech is not None else [None] * batch
     positions = torch.arange(state.logprobs.shape[1], device=state.logprobs.device)
     logprob_sums = torch.where(positions < state.length[:, None], state.logprobs, 0.0).sum(dim=1)
-    rows = zip(state.tokens[:, start:].tolist(), state.length.tolist(), state.counts.tolist(),
+    rows = zip(state.tokens.tolist(), context.begins.tolist(), state.length.tolist(), state.counts.tolist(),
                state.by_position.transpose(0, 1).tolist(), state.hit_max.tolist(), languages, language_probabilities,
                no_speech, logprob_sums.tolist())
-    for (row_tokens, length, (drafted, accepted, generated, forwards, drafts), by_position, hit_max, language,
+    for (row_tokens, start, length, (drafted, accepted, generated, forwards, drafts), by_position, hit_max, language,
          language_probability, no_speech_prob, logprob_sum) in rows:
-        row_tokens = row_tokens[: length - start]
+        row_tokens = row_tokens[start:length]
         if row_tokens and row_tokens[-1] == eot:
             row_tokens = row_tokens[:-1]
         silent, avg_logprob = False, None

@@ -241,7 +241,7 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
         width = (context.prompt_length if first else ASSISTANT_WIDTH) if j == 0 else 1
         over_prompt = first and j == 0
         window, positions = token_window(tokens, (current - width).clamp(min=0), width)
-        inputs = (window, positions, tokens, current, context.seeds, context.end_floors)
+        inputs = (window, positions, tokens, current, context.seeds, context.end_floors, context.begins)
         if state.hidden is not None:
             inputs += (hidden_before(state.hidden, positions),)
         token, confidence, *predicted = _replay(context, assistant.decoder, caches,
@@ -258,13 +258,13 @@ def fixed_draft(context: Context, state: State, k: int, first: bool, direct: boo
 
 def draft_step(draft_logits, decoder, caches: DecoderCaches, rules: LogitRules, temperature: float, span: int,
                window: Tensor, positions: Tensor, tokens: Tensor, current: Tensor, seeds: Tensor, end_floors: Tensor,
-               before: Tensor | None = None) -> tuple[Tensor, ...]:
+               begins: Tensor, before: Tensor | None = None) -> tuple[Tensor, ...]:
     """One draft per row after the window's last position: the token (an id of the whole
     vocabulary) and the assistant's probability of it; a draft head's (given before, see
     draft_logits) also its hidden state at the last position."""
     out = draft_logits(decoder, caches, span, window, positions, before)
     logits, predicted = out if before is not None else (out, None)
-    logits = rules(logits, tokens, current, end_floors)
+    logits = rules(logits, tokens, current, end_floors, begins)
     choice = choose_tokens(logits, temperature, seeds, current)
     confidence = torch.softmax(logits / (temperature or 1.0), dim=-1).gather(1, choice[:, None])[:, 0]
     token = choice if decoder.draft_vocab is None else decoder.draft_vocab[choice]
@@ -282,13 +282,13 @@ def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[
     verify = round_step(context, verify_step)
     if context.judges_silence and state.no_speech is None:  # SOT ends the prompt: no prefill read after it
         chosen, logprobs, hidden = verify(decoder, caches, context.rules, context.temperature, window, positions, tokens,
-                                          context.seeds, context.end_floors, taps=taps or ())
+                                          context.seeds, context.end_floors, context.begins, taps=taps or ())
         read_no_speech(context, state, decoder.logits(decoder.final_hidden(hidden[:, 0])))
     else:
         step = functools.partial(verify, decoder, caches, context.rules, context.temperature, taps=taps)
         name = ("verify", context.rules.key, context.temperature, taps, context.compiles_rounds)
         chosen, logprobs, *hidden = _replay(context, decoder, caches, name, step, window, positions, tokens, context.seeds,
-                                            context.end_floors, direct=direct)
+                                            context.end_floors, context.begins, direct=direct)
         hidden = hidden[0] if hidden else None
     if state.hidden is not None:
         state.hidden.scatter_(1, positions[..., None].expand(-1, -1, state.hidden.shape[-1]),
@@ -297,7 +297,7 @@ def fixed_verify(context: Context, state: State, direct: bool = False) -> tuple[
 
 
 def verify_step(decoder, caches: DecoderCaches, rules: LogitRules, temperature: float, window: Tensor, positions: Tensor, tokens: Tensor,
-                seeds: Tensor, end_floors: Tensor, taps: tuple[int, ...] | None = None) -> tuple[Tensor, ...]:
+                seeds: Tensor, end_floors: Tensor, begins: Tensor, taps: tuple[int, ...] | None = None) -> tuple[Tensor, ...]:
     """The main decoder on the windows, its logits processed at every position, and at each the
     token it chooses (argmax, or its draw at the position's uniform number) with that token's
     log-probability, [batch, width] each; taps (not None): also its features [batch, width, ...]
@@ -309,8 +309,8 @@ def verify_step(decoder, caches: DecoderCaches, rules: LogitRules, temperature: 
     targets = (positions + 1).view(-1)
     # expanded rather than repeat_interleave'd, which may read its output size back from the device
     row_tokens = tokens[:, None].expand(-1, width, -1).reshape(batch * width, -1)
-    column_seeds, column_floors = (x[:, None].expand(-1, width).reshape(-1) for x in (seeds, end_floors))
-    logits = rules(raw.flatten(0, 1), row_tokens, targets, column_floors)
+    column_seeds, column_floors, column_begins = (x[:, None].expand(-1, width).reshape(-1) for x in (seeds, end_floors, begins))
+    logits = rules(raw.flatten(0, 1), row_tokens, targets, column_floors, column_begins)
     chosen = choose_tokens(logits, temperature, column_seeds, targets)
     logprobs = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None])[:, 0]
     out = (chosen.view(batch, width), logprobs.view(batch, width))

@@ -9,7 +9,7 @@ from .kept import Kept
 from .tokenizer import SpecialTokens
 
 NEG_INF = float("-inf")
-KEPT_RULES = 16  # LogitRules.kept: rules of recent (model, prompt length, timestamps, device, vocabulary)
+KEPT_RULES = 16  # LogitRules.kept: rules of recent (model, timestamps, device, vocabulary)
 
 
 class LogitRules:
@@ -22,14 +22,12 @@ class LogitRules:
     the row's end floor (long audio: near where the window's speech ends, pipeline._end_floor).
     """
 
-    def __init__(self, special: SpecialTokens, n_vocab: int, sample_begin: int, timestamps: bool, device,
-                 vocab: Tensor | None = None):
+    def __init__(self, special: SpecialTokens, n_vocab: int, timestamps: bool, device, vocab: Tensor | None = None):
         """vocab: the sorted token ids of the logits' columns, all timestamps among them (an
         assistant's draft vocabulary); default: the whole vocabulary."""
         self.special = special
         # what a captured step that applies these rules bakes in, besides the model (fixed_shapes._replay)
-        self.key = (sample_begin, timestamps, None if vocab is None else len(vocab))
-        self.sample_begin = sample_begin
+        self.key = (timestamps, None if vocab is None else len(vocab))
         self.timestamps = timestamps
         self.vocab = torch.arange(n_vocab, device=device) if vocab is None else vocab
         # the timestamps are the last columns
@@ -50,36 +48,37 @@ class LogitRules:
                 self.at_begin = self.at_begin | (self.vocab > special.timestamp_begin + special.max_initial_timestamp_index)
 
     @classmethod
-    def kept(cls, special: SpecialTokens, n_vocab: int, sample_begin: int, timestamps: bool, device,
-             vocab: Tensor | None = None) -> "LogitRules":
+    def kept(cls, special: SpecialTokens, n_vocab: int, timestamps: bool, device, vocab: Tensor | None = None
+             ) -> "LogitRules":
         """The rules for these arguments, made at first use and kept (the most recent KEPT_RULES): making
         them takes vocabulary-wide ops and a host read, and every decoding pass needs them (twice with a
         draft vocabulary). Keyed by identity of special and vocab, which the rules hold, so a key's
         objects stay alive while it is kept."""
-        key = (id(special), n_vocab, sample_begin, timestamps, str(device), None if vocab is None else id(vocab))
-        return _KEPT.get(key, lambda: cls(special, n_vocab, sample_begin, timestamps, device, vocab))
+        key = (id(special), n_vocab, timestamps, str(device), None if vocab is None else id(vocab))
+        return _KEPT.get(key, lambda: cls(special, n_vocab, timestamps, device, vocab))
 
-    def __call__(self, logits: Tensor, tokens: Tensor, lengths: Tensor, end_floors: Tensor) -> Tensor:
+    def __call__(self, logits: Tensor, tokens: Tensor, lengths: Tensor, end_floors: Tensor, begins: Tensor) -> Tensor:
         """logits: [N, vocab] for the token after the first lengths[n] tokens of tokens[n] ([N, ctx]);
         end_floors: [N], the timestamp token each row's last timestamp reaches before EOT may follow
-        (timestamp_begin: anywhere)."""
-        masked = self.always | ((lengths == self.sample_begin)[:, None] & self.at_begin)
+        (timestamp_begin: anywhere); begins: [N], where each row's sampled tokens begin (its prompt's
+        length: rows of one batch may have prompts of their own)."""
+        masked = self.always | ((lengths == begins)[:, None] & self.at_begin)
         if not self.timestamps:
             return logits.masked_fill(masked, NEG_INF)
-        logits = logits.masked_fill(masked | self._timestamp_order(tokens, lengths, end_floors), NEG_INF)
+        logits = logits.masked_fill(masked | self._timestamp_order(tokens, lengths, end_floors, begins), NEG_INF)
         # timestamps forced where their total probability beats every text token
         logprobs = torch.log_softmax(logits, dim=-1)
         ts_mass = logprobs[:, self.first_timestamp :].logsumexp(dim=-1)
         best_text = logprobs[:, : self.first_timestamp].max(dim=-1).values
         return logits.masked_fill((ts_mass > best_text)[:, None] & ~self.is_timestamp, NEG_INF)
 
-    def _timestamp_order(self, tokens: Tensor, lengths: Tensor, end_floors: Tensor) -> Tensor:
+    def _timestamp_order(self, tokens: Tensor, lengths: Tensor, end_floors: Tensor, begins: Tensor) -> Tensor:
         """[N, vocab]: True where the row's timestamps so far rule the token out."""
         ts_begin = self.special.timestamp_begin
         cols = torch.arange(tokens.shape[1], device=tokens.device)
-        sampled = (cols >= self.sample_begin) & (cols < lengths[:, None])
+        sampled = (cols >= begins[:, None]) & (cols < lengths[:, None])
         is_ts = (tokens >= ts_begin) & sampled
-        n_sampled = lengths - self.sample_begin
+        n_sampled = lengths - begins
         last = tokens.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0]
         penultimate = tokens.gather(1, (lengths - 2).clamp(min=0)[:, None])[:, 0]
         last_ts = (n_sampled >= 1) & (last >= ts_begin)

@@ -66,6 +66,9 @@ class Context:
     temperature: float  # 0: greedy
     seeds: Tensor  # per row, what sampling's uniform numbers derive from (position_uniforms)
     end_floors: Tensor  # per row, the timestamp token its text reaches before it may end (LogitRules)
+    begins: Tensor  # per row, its prompt's length: where its own tokens begin, a forced prefix's first (LogitRules)
+    # the longest row's tokens before the rounds, prompt and prefix (fixed shapes decode rows of one
+    # such length: decoding._by_prompt_length)
     prompt_length: int
     n_ctx: int  # decoder cache positions
     max_length: int
@@ -79,15 +82,21 @@ class Context:
     judges_text: bool  # every row's average log-probability is needed (a later temperature may follow)
     rounds_per_read: int = 1  # fixed shapes: rounds between host reads of "every row done" (Platform)
     compiles_rounds: bool = False  # fixed shapes: a round's steps through torch.compile (fixed_shapes.round_step)
-    previous: tuple[int, ...] = ()  # the prompt's tokens after <|startofprev|> (decoding.previous_tokens)
+    # per row, its prompt's tokens after <|startofprev|> (decoding.previous_tokens): a live stream's
+    # text so far, each stream its own in one batch
+    previous: tuple[tuple[int, ...], ...] = ()
+    # per row, tokens its own begin with, as if it had chosen them (DecodingOptions' prefix, per row): a
+    # live stream's confirmed text in its buffer, timestamps included
+    prefixes: tuple[tuple[int, ...], ...] = ()
     # per row, a hypothesis of the same audio (a previous decoding's tokens after the prompt) whose
     # continuation the row drafts for free (hinted_drafts); None: none for any row
     hints: tuple[tuple[int, ...] | None, ...] | None = None
 
     @property
-    def sot_position(self) -> int:
-        """Where <|startoftranscript|> is in the prompt: the no-speech probability is read after it."""
-        return len(self.previous) + 1 if self.previous else 0
+    def sot_positions(self) -> Tensor:
+        """Per row, where <|startoftranscript|> is in its prompt: the no-speech probability is read after it."""
+        return torch.tensor([len(p) + 1 if p else 0 for p in self.previous] or [0] * len(self.begins),
+                            device=self.begins.device)
 
 
 @dataclass
@@ -118,10 +127,12 @@ class State:
 def initial_state(context: Context, languages: list[str]) -> State:
     main, assistant, options = context.main, context.assistant, context.options
     batch, device = len(languages), main.decoder.positional_embedding.device
-    prompts = [main.special.prompt(language, options.task, options.timestamps, context.previous) for language in languages]
     tokens = torch.full((batch, context.n_ctx + 1), main.special.eot, dtype=torch.long, device=device)
-    tokens[:, : context.prompt_length] = torch.tensor(prompts, device=device)
-    length = torch.full((batch,), context.prompt_length, device=device)
+    for row, (language, previous, prefix) in enumerate(zip(languages, context.previous or [()] * batch,
+                                                           context.prefixes or [()] * batch)):
+        prompt = main.special.prompt(language, options.task, options.timestamps, previous) + list(prefix)
+        tokens[row, : len(prompt)] = torch.tensor(prompt, device=device)
+    length = context.begins + torch.tensor([len(p) for p in context.prefixes] or [0] * batch, device=device)
     # rows in a language the assistant was not trained for would reject nearly every draft
     drafting = torch.tensor([assistant is not None and (assistant.draft_languages is None
                                                         or language in assistant.draft_languages)
@@ -141,10 +152,13 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
     """Rounds of draft, verify, accept and advance until every row has ended, with row-invariant
     kernels (fixed_shapes.fixed_shape_decode where not). Without an assistant (k = 0) a round is one
     main-model step, so both modes share every rule."""
-    if state.hidden is not None:  # a draft head's first step reads the prompt's hidden states
+    # a draft head's first step reads the prompt's hidden states; prompts of several lengths are read
+    # before the rounds, so that each row's first round starts at its own prompt's last token
+    if state.hidden is not None or bool((state.length != context.prompt_length).any()):
         prefill(context, state, stats)
     timing = host_timed(stats, state.tokens.device)
-    sot_column = context.sot_position - int(state.main_cached.max())  # in the first round's window, every row's
+    rows = torch.arange(len(state.tokens), device=state.tokens.device)
+    sot_columns = context.sot_positions - state.main_cached  # in the first round's window
     while not bool(state.done.all()):
         active = ~state.done
         context.caches.keep(active)
@@ -155,7 +169,7 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
             round_drafts, k = hinted_drafts(context, state, round_drafts, k)
         logits, scored, features = timed_part(timing, "verify", verify, context, state, k, round_drafts, stats)
         if context.judges_silence and state.no_speech is None:
-            read_no_speech(context, state, context.main.decoder.logits(features[:, sot_column]))
+            read_no_speech(context, state, context.main.decoder.logits(features[rows, sot_columns]))
         n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored)
         logprobs = token_logprobs(state, k, logits, scored, n_accepted, next_token) if state.sums_logprobs else None
         advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs,
@@ -163,22 +177,27 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
 
 
 def prefill(context: Context, state: State, stats: DecodingStats, features=None) -> None:
-    """The main model's keys and values of the prompt but its last token, in a call of its own, so
-    that every later main call has the same width (fixed shapes). features: what runs the main
-    decoder on (window, positions), as Decoder.features on the batch's caches (a replayed graph of
+    """The main model's keys and values of each row's prompt but its last token, in a call of its own,
+    so that every later main call has the same width (fixed shapes), and every row's first round starts
+    at its prompt's last token (prompts of several lengths). A shorter prompt's row computes positions
+    past its prompt too: masked by position and overwritten later (model.py). features: what runs the
+    main decoder on (window, positions), as Decoder.features on the batch's caches (a replayed graph of
     it, fixed_shapes.fixed_shape_decode)."""
     n_prefill = context.prompt_length - 1
     if n_prefill > 0:
-        positions = torch.arange(n_prefill, device=state.tokens.device).expand(len(state.tokens), -1)
+        batch = len(state.tokens)
+        positions = torch.arange(n_prefill, device=state.tokens.device).expand(batch, -1)
         features = features or functools.partial(context.main.decoder.features, caches=context.caches.main,
                                                  taps=head_taps(context, state))
         hidden = features(state.tokens[:, :n_prefill], positions)
         if state.hidden is not None:
             state.hidden[:, :n_prefill] = head_input(context, state, hidden)
             hidden = context.main.decoder.final_hidden(hidden)
-        if context.judges_silence and state.no_speech is None and context.sot_position < n_prefill:
-            read_no_speech(context, state, context.main.decoder.logits(hidden[:, context.sot_position]))
-        state.main_cached[:] = n_prefill
+        sot = context.sot_positions
+        if context.judges_silence and state.no_speech is None and bool((sot < state.length - 1).all()):
+            rows = torch.arange(batch, device=sot.device)
+            read_no_speech(context, state, context.main.decoder.logits(hidden[rows, sot]))
+        state.main_cached.copy_(state.length - 1)
         stats.main_forwards += 1
 
 
@@ -226,7 +245,7 @@ def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple
         else:
             logits, predicted = context.caches.call(step, window, positions, hidden_before(state.hidden, positions))
             state.hidden[rows, current - 1] = predicted.to(state.hidden.dtype)
-        logits = context.draft_rules(logits, tokens, current, context.end_floors)
+        logits = context.draft_rules(logits, tokens, current, context.end_floors, context.begins)
         state.assistant_cached.copy_(current)
         choice = choose_tokens(logits, context.temperature, context.seeds, current)
         tokens[rows, current] = choice if draft_vocab is None else draft_vocab[choice]
@@ -265,12 +284,12 @@ def hinted_drafts(context: Context, state: State, round_drafts: Tensor, k: int) 
     max_draft tokens, the hint's end followed by EOT) in place of the assistant's drafts; a row whose
     text has left its hint keeps the assistant's. Verified like any draft, so the tokens stay the
     main model's; the drafts cost no forward pass. Returns each row's drafts and the round's k."""
-    tokens, start, eot = state.tokens, context.prompt_length, context.main.special.eot
-    lengths, done = state.length.tolist(), state.done.tolist()
+    tokens, eot = state.tokens, context.main.special.eot
+    lengths, done, begins = state.length.tolist(), state.done.tolist(), context.begins.tolist()
     for row, hint in enumerate(context.hints):
         if hint is None or done[row]:
             continue
-        proposal = hint_continuation(hint, tokens[row, start : lengths[row]].tolist(), context.max_draft, end=eot)
+        proposal = hint_continuation(hint, tokens[row, begins[row] : lengths[row]].tolist(), context.max_draft, end=eot)
         if proposal:
             tokens[row, lengths[row] : lengths[row] + len(proposal)] = torch.tensor(proposal, device=tokens.device)
             round_drafts[row] = len(proposal)
@@ -299,8 +318,8 @@ def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: 
         features = decoder.final_hidden(features)
     logits = decoder.logits(features[:, needed - k - 1 : needed][scored])
     flat = scored.view(-1)
-    logits = context.rules(logits, tokens.repeat_interleave(k + 1, dim=0)[flat],
-                           (length[:, None] + steps).view(-1)[flat], context.end_floors.repeat_interleave(k + 1)[flat])
+    logits = context.rules(logits, tokens.repeat_interleave(k + 1, dim=0)[flat], (length[:, None] + steps).view(-1)[flat],
+                           context.end_floors.repeat_interleave(k + 1)[flat], context.begins.repeat_interleave(k + 1)[flat])
     return logits, scored, features
 
 
