@@ -253,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_quantize_parser(sub)
     _add_models_parser(sub)
     _add_serve_parser(sub)
+    _add_live_parser(sub)
     for command in sub.choices.values():  # `whisper-spec transcribe --version` too
         command.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     return parser
@@ -395,6 +396,29 @@ def _add_models_parser(sub) -> None:
     models.add_argument("--prepare", nargs="*", metavar="NAME", default=None,
                         help="convert these embedded models now (no names: all)")
     models.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_live_parser(sub) -> None:
+    live = sub.add_parser(
+        "live", help="transcribe live audio: a microphone, raw PCM on stdin, or a file played at real time",
+        description="Live transcription: the audio so far is decoded again every --step seconds, its last "
+                    "hypothesis the draft; text two updates in a row agree on is confirmed and printed, the "
+                    "rest shown as tentative. At the end (Ctrl-C, end of input) the transcript is written in "
+                    "the usual formats. Every update is exactly the main model's decoding of its audio.")
+    live.add_argument("source", nargs="?", default=None, metavar="-",
+                      help="- : raw 16 kHz mono 16-bit PCM on stdin (default: the microphone, with sounddevice)")
+    live.add_argument("--realtime", type=Path, default=None, metavar="FILE",
+                      help="play an audio file at real time instead (any format transcribe reads)")
+    live.add_argument("--step", type=float, default=1.0, metavar="SECONDS",
+                      help="seconds of audio between updates (default: %(default)s)")
+    live.add_argument("--language", "-l", default=None, help="language code or name (default: detected at the start)")
+    _add_model_options(live)
+    out = live.add_argument_group("output")
+    out.add_argument("--format", "-f", action="append", choices=(*OUTPUT_FORMATS, "all"),
+                     help="the final transcript's format, repeatable (default: txt)")
+    out.add_argument("--output-dir", "-o", type=Path, default=None,
+                     help="write the final transcript to DIR/<name>.<format> (name: the file's, or 'live')")
+    out.add_argument("--quiet", "-q", action="store_true", help="no notes; only the confirmed text as it comes")
 
 
 def _add_serve_parser(sub) -> None:

@@ -52,8 +52,36 @@ def test_two_streams_share_updates_each_exact_and_the_confirmed_text_is_the_reco
         prompted |= len({len(u.prompt) for u in decoded}) > 1  # rows of several prompt lengths in one batch
     assert trimmed and prompted and passes["hinted"] * 2.5 < passes["main-only"], passes
     for index, (stream, samples) in enumerate(zip(streams, audio)):
-        finish(stream)
+        finish(pair, stream)
         soundfile.write(tmp_path / f"{index}.wav", samples, SAMPLE_RATE)
         offline = next(transcribe(pair, [tmp_path / f"{index}.wav"], DecodingOptions(language="en"))).text
         live = pair.main.tokenizer.decode(stream.confirmed)
         assert word_error_rate([offline], [live], ["en"]) < 0.08, (offline, live)
+
+
+@pytest.mark.slow
+def test_the_live_command_plays_a_file_at_real_time_and_reads_pcm_on_stdin(tmp_path):
+    """`whisper-spec live --realtime FILE` and `whisper-spec live -` with the same audio as raw PCM: the
+    confirmed text printed, the final transcript written as srt and txt, its text the offline one's give
+    or take two (the first second's words are the least sure); a second argument that is a file is refused in one line."""
+    import subprocess
+    import sys
+
+    clip = speech(RECORDINGS[1])
+    audio = load_audio(clip)[: 12 * SAMPLE_RATE]
+    soundfile.write(tmp_path / "clip.wav", audio, SAMPLE_RATE)
+    command = [sys.executable, "-c", "from whisper_spec.cli import run; run()", "live", "-f", "srt", "-f", "txt",
+               "--language", "en"]
+    played = subprocess.run([*command, "--realtime", str(tmp_path / "clip.wav"), "-o", str(tmp_path / "played")],
+                            capture_output=True, text=True, timeout=300)
+    pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+    piped = subprocess.run([*command, "-", "-o", str(tmp_path / "piped")], input=pcm, capture_output=True, timeout=300)
+    assert played.returncode == 0 and piped.returncode == 0, (played.stderr, piped.stderr)
+    pair = load_pair("base")
+    offline = next(transcribe(pair, [tmp_path / "clip.wav"], DecodingOptions(language="en"))).text
+    for folder, printed, name in ((tmp_path / "played", played.stdout, "clip"), (tmp_path / "piped", piped.stdout.decode(), "live")):
+        text = (folder / f"{name}.txt").read_text()
+        assert word_error_rate([offline], [text], ["en"]) < 0.15 and word_error_rate([offline], [printed], ["en"]) < 0.15
+        assert "-->" in (folder / f"{name}.srt").read_text()
+    refused = subprocess.run([*command, str(clip)], capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and refused.stderr.strip().count("\n") == 0 and str(clip) in refused.stderr

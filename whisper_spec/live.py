@@ -22,6 +22,8 @@ from .decoding import decode_encoded, encode_batch
 from .encoding import pair_features
 from .options import DecodingOptions, VadOptions
 from .pair import WhisperPair
+from .pipeline import Transcript
+from .segments import Segment, window_segments
 from .stats import DecodingStats
 from .tokenizer import TIME_PRECISION
 from .vad import speech_regions
@@ -51,6 +53,7 @@ class LiveStream:
     prefix: list[int] = field(default_factory=list)
     pending: list[int] = field(default_factory=list)  # the last hypothesis's text after its prefix: tentative
     hypothesis: list[int] | None = None  # the last update's tokens: the next one's hint
+    segments: list[Segment] = field(default_factory=list)  # the confirmed segments trimmed off, on the stream's timeline
 
     def feed(self, samples: np.ndarray) -> None:
         """More of the stream's 16 kHz samples."""
@@ -83,12 +86,13 @@ class LiveUpdate:
     end_floor: float
 
 
-def update(pair: WhisperPair, streams: list[LiveStream], options: DecodingOptions = DecodingOptions()
-           ) -> list[LiveUpdate]:
+def update(pair: WhisperPair, streams: list[LiveStream], options: DecodingOptions = DecodingOptions(),
+           hypothesis_drafts: bool = True) -> list[LiveUpdate]:
     """Decode every stream's buffer that holds speech in one batch, each with its text before the
     buffer as its prompt, its confirmed text in it as its prefix, drafting from its last hypothesis;
     confirm what two hypotheses in a row agree on; trim long buffers. options: decoding's (timestamps
-    on: segments end where a buffer may be trimmed)."""
+    on: segments end where a buffer may be trimmed). hypothesis_drafts=False: the assistant alone
+    drafts (what benchmarks/live.py compares against; the tokens are the same)."""
     options, eot = replace(options, timestamps=True), pair.main.special.eot
     for stream in streams:  # at most a window: the oldest audio goes, confirmed or not
         _trim(pair, stream, len(stream.audio) - int(WINDOW_SECONDS * SAMPLE_RATE))
@@ -106,7 +110,7 @@ def update(pair: WhisperPair, streams: list[LiveStream], options: DecodingOption
     mel, assistant_mel = pair_features(pair, [s.audio for s in batch])
     encoded, stats = encode_batch(pair, mel, options, assistant_mel)
     results, _ = decode_encoded(pair, encoded, options, languages=[s.language for s in batch], stats=stats,
-                                hints=[s.hypothesis for s in batch], end_floors=[floors[i] for i in speaking],
+                                hints=[s.hypothesis if hypothesis_drafts else None for s in batch], end_floors=[floors[i] for i in speaking],
                                 prompts=[updates[i].prompt or None for i in speaking],
                                 prefixes=[updates[i].prefix for i in speaking])
     for index, stream, result in zip(speaking, batch, results):
@@ -118,11 +122,20 @@ def update(pair: WhisperPair, streams: list[LiveStream], options: DecodingOption
     return updates
 
 
-def finish(stream: LiveStream) -> list[int]:
-    """At the stream's end: its last hypothesis's text not yet confirmed, now confirmed."""
+def finish(pair: WhisperPair, stream: LiveStream) -> list[int]:
+    """At the stream's end: its last hypothesis's text not yet confirmed, now confirmed, and the buffer's
+    segments closed. Returns that text."""
     rest, stream.pending = stream.pending, []
     stream.confirmed += rest
+    _close(pair, stream, stream.hypothesis or stream.prefix, len(stream.audio))
+    stream.prefix, stream.hypothesis = [], None
     return rest
+
+
+def transcript(pair: WhisperPair, stream: LiveStream, name: str = "live") -> Transcript:
+    """A finished stream's confirmed text and segments, for the writers (writers.write_outputs)."""
+    text = pair.main.tokenizer.decode(stream.confirmed).strip()
+    return Transcript(name, text, stream.language, stream.seconds, list(stream.segments))
 
 
 def _end_floor(audio: np.ndarray) -> float | None:
@@ -180,6 +193,14 @@ def _trim_confirmed(pair: WhisperPair, stream: LiveStream) -> None:
         _trim(pair, stream, round(seconds * SAMPLE_RATE), closes)
 
 
+def _close(pair: WhisperPair, stream: LiveStream, tokens: list[int], samples: int) -> None:
+    """The segments of these tokens of the buffer's first `samples`, onto the stream's."""
+    start = stream.offset / SAMPLE_RATE
+    for segment in window_segments(tokens, pair.main.tokenizer, samples / SAMPLE_RATE, timestamps=True):
+        stream.segments.append(replace(segment, start=segment.start + start, end=segment.end + start,
+                                       language=stream.language))
+
+
 def _trim(pair: WhisperPair, stream: LiveStream, cut: int, after: int | None = None) -> None:
     """The buffer's first `cut` samples (if any) leave it, and the confirmed text of that audio becomes
     the prompt's. after: the index in the prefix of the timestamp the cut is at; the prefix and the
@@ -188,6 +209,7 @@ def _trim(pair: WhisperPair, stream: LiveStream, cut: int, after: int | None = N
     if cut <= 0:
         return
     begin = pair.main.special.timestamp_begin
+    _close(pair, stream, stream.prefix if after is None else stream.prefix[: after + 1], cut)
     stream.audio, stream.offset = stream.audio[cut:], stream.offset + cut
     if after is None:
         stream.prefix, stream.hypothesis = [], None
