@@ -391,7 +391,7 @@ MAINTAINED = {"cpu_costs": "decoder", "startup": "median_seconds", "speculation_
               "round_budget": "precisions", "no_speech": "speech", "word_timestamps": "summary",
               "fallback": "files", "threads": "results", "ray_scaling": "runs", "language_detection": "summary",
               "cpu_defaults": "results", "podcast": "summary", "language_switching": "summary",
-              "serve_load": "configs"}
+              "serve_load": "configs", "live": "modes"}
 
 
 @pytest.mark.slow
