@@ -85,3 +85,126 @@ def test_the_live_command_plays_a_file_at_real_time_and_reads_pcm_on_stdin(tmp_p
         assert "-->" in (folder / f"{name}.srt").read_text()
     refused = subprocess.run([*command, str(clip)], capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0 and refused.stderr.strip().count("\n") == 0 and str(clip) in refused.stderr
+
+
+@pytest.mark.slow
+def test_the_servers_live_socket_gives_the_librarys_updates_and_shares_batches():
+    """`whisper-spec serve`'s WebSocket: two clients stream recordings at real time, a second a message;
+    every update's confirmed and tentative text is what live.update gives for the stream's audio up to
+    that update (its "seconds"), the final message holds the transcript and its segments, and /health
+    shows the two streams' updates sharing batches. A bad language is refused with an error message."""
+    import json as jsonlib
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from test_serve import Server
+    from websockets.sync.client import connect
+
+    seconds = 12
+    # what the socket's 16-bit samples are
+    pcm = [(np.clip(load_audio(speech(p))[: seconds * SAMPLE_RATE], -1, 1) * 32767).astype("<i2") for p in RECORDINGS]
+
+    def stream_over_socket(samples):
+        got, started = [], time.monotonic()
+        with connect(f"ws://127.0.0.1:{server.port}/v1/audio/live?language=en") as socket:
+            for second, at in enumerate(range(0, len(samples), SAMPLE_RATE)):
+                time.sleep(max(0.0, started + second - time.monotonic()))
+                socket.send(samples[at : at + SAMPLE_RATE].tobytes())
+                while True:
+                    try:
+                        got.append(jsonlib.loads(socket.recv(timeout=0)))
+                    except TimeoutError:
+                        break
+            socket.send(jsonlib.dumps({"type": "end"}))
+            while got[-1:] == [] or got[-1]["type"] == "update":
+                got.append(jsonlib.loads(socket.recv(timeout=120)))
+        return got
+
+    server = Server()
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(stream_over_socket, pcm))
+        health = server.health()
+        with connect(f"ws://127.0.0.1:{server.port}/v1/audio/live?language=klingon") as socket:
+            refused = jsonlib.loads(socket.recv(timeout=30))
+    finally:
+        server.stop()
+    pair = load_pair("base")
+    for samples, messages in zip(pcm, answers):
+        *updates, final = messages
+        audio, stream = samples.astype(np.float32) / 32768.0, LiveStream(language="en")
+        for message in updates:
+            assert message["type"] == "update"
+            stream.feed(audio[round(stream.seconds * SAMPLE_RATE) : round(message["seconds"] * SAMPLE_RATE)])
+            result = update(pair, [stream])[0]
+            decode = pair.main.tokenizer.decode
+            assert (message["confirmed"], message["tentative"]) == (decode(result.confirmed), decode(result.tentative))
+        assert updates[-1]["seconds"] == seconds
+        finish(pair, stream)
+        assert final["type"] == "final" and final["text"] == pair.main.tokenizer.decode(stream.confirmed).strip()
+        assert final["segments"] and final["language"] == "english"
+    assert health["live_streams"] == 2 and health["mean_live_batch"] > 1, health
+    assert refused["type"] == "error" and "klingon" in refused["message"]
+
+
+@pytest.mark.slow
+def test_the_live_page_in_chromium_shows_what_its_microphone_hears(tmp_path):
+    """GET /live in a real headless Chromium whose fake microphone plays a recording: two tabs stream it
+    at once (sharing the decoder's batches, /health), and each page shows the recording's words."""
+    import json as jsonlib
+    import shutil
+    import subprocess
+    import time
+
+    from test_serve import Server, _free_port
+    from websockets.sync.client import connect
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert browser, "Debian's chromium is needed: apt-get install chromium"
+    seconds = 16
+    clip = tmp_path / "microphone.wav"
+    soundfile.write(clip, load_audio(speech(RECORDINGS[0]))[: seconds * SAMPLE_RATE], SAMPLE_RATE, subtype="PCM_16")
+    pair = load_pair("base")
+    offline = next(transcribe(pair, [clip], DecodingOptions(language="en"))).text
+    server, debugging = Server(), _free_port()
+    page = f"{server.url}/live?autostart=1&language=en"
+    chromium = subprocess.Popen(
+        [browser, "--headless=new", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
+         "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream", "--autoplay-policy=no-user-gesture-required",
+         f"--use-file-for-fake-audio-capture={clip}%noloop", f"--remote-debugging-port={debugging}", page],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import httpx
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                httpx.put(f"http://127.0.0.1:{debugging}/json/new?{page}", timeout=5)  # the second tab
+                break
+            except httpx.TransportError:
+                time.sleep(0.5)
+        tabs = [t for t in httpx.get(f"http://127.0.0.1:{debugging}/json/list", timeout=5).json() if t["type"] == "page"]
+        assert len(tabs) == 2, tabs
+
+        def shown(tab) -> str:
+            with connect(tab["webSocketDebuggerUrl"], max_size=None) as socket:
+                socket.send(jsonlib.dumps({"id": 1, "method": "Runtime.evaluate", "params": {
+                    "expression": "document.getElementById('confirmed').textContent + "
+                                  "document.getElementById('tentative').textContent", "returnByValue": True}}))
+                return jsonlib.loads(socket.recv(timeout=30))["result"]["result"]["value"]
+
+        texts = ["", ""]
+        deadline = time.monotonic() + seconds + 60
+        while time.monotonic() < deadline:
+            texts = [shown(tab) for tab in tabs]
+            if all(word_error_rate([offline], [text], ["en"]) < 0.15 for text in texts):
+                break
+            time.sleep(1)
+        health = server.health()
+    finally:
+        chromium.terminate()
+        chromium.wait(30)
+        server.stop()
+    for text in texts:
+        assert word_error_rate([offline], [text], ["en"]) < 0.15, (offline, text)
+    assert health["live_streams"] == 2 and health["mean_live_batch"] > 1, health

@@ -84,6 +84,7 @@ class LiveUpdate:
     prompt: tuple[int, ...]
     prefix: tuple[int, ...]
     end_floor: float
+    seconds: float  # the stream's audio so far
 
 
 def update(pair: WhisperPair, streams: list[LiveStream], options: DecodingOptions = DecodingOptions(),
@@ -97,8 +98,8 @@ def update(pair: WhisperPair, streams: list[LiveStream], options: DecodingOption
     for stream in streams:  # at most a window: the oldest audio goes, confirmed or not
         _trim(pair, stream, len(stream.audio) - int(WINDOW_SECONDS * SAMPLE_RATE))
     floors = [_end_floor(stream.audio) for stream in streams]
-    updates = [LiveUpdate([], list(s.pending), [], DecodingStats(), s.audio, s.prompt(eot), tuple(s.prefix), 0.0)
-               for s in streams]
+    updates = [LiveUpdate([], list(s.pending), [], DecodingStats(), s.audio, s.prompt(eot), tuple(s.prefix), 0.0,
+                          s.seconds) for s in streams]
     for stream, floor in zip(streams, floors):
         if floor is None and len(stream.audio) > SILENT_SECONDS * SAMPLE_RATE:
             _trim(pair, stream, len(stream.audio) - SAMPLE_RATE)

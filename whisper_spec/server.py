@@ -3,26 +3,37 @@
 OpenAI's audio API (POST /v1/audio/transcriptions and /v1/audio/translations, GET /v1/models) on
 Starlette: the form fields OpenAI takes, its response formats, and its error shape ({"error":
 {"message", "type", "param", "code"}}) for what it refuses. A request's transcript is what
-`whisper-spec transcribe` gives for the file with the same options (serving.Scheduler)."""
+`whisper-spec transcribe` gives for the file with the same options (serving.Scheduler).
+
+Live: a WebSocket at /v1/audio/live takes 16 kHz mono 16-bit PCM (binary messages) and answers each
+update with {"type": "update", "confirmed", "tentative", "text", "seconds"}; {"type": "end"} (or
+closing) ends the stream, answered with {"type": "final", "text", "language", "duration", "segments"}.
+GET /live is a page that streams the browser's microphone there (data/live.html)."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import tempfile
 from contextlib import asynccontextmanager
+from importlib import resources
 from pathlib import Path
+
+import numpy as np
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .audio import AudioError, load_audio
 from .options import TEMPERATURE_INCREMENT, ChunkingOptions, DecodingOptions, ServerOptions, temperature_schedule
+from .live import LiveUpdate
 from .pair import WhisperPair
 from .pipeline import Failure, Transcript
 from .serving import Busy, Scheduler
@@ -104,12 +115,92 @@ def create_app(pair: WhisperPair, options: ServerOptions, chunking: ChunkingOpti
                              "max_queue": options.max_queue, **scheduler.stats.as_dict()},
                             status_code=200 if scheduler.alive else 503)
 
+    async def live(websocket: WebSocket) -> None:
+        await websocket.accept()
+        try:
+            _authorize_socket(websocket, options.api_key)
+            try:
+                language = pair.main.special.language_code(websocket.query_params.get("language") or None)
+            except ValueError as error:
+                raise ApiError(400, f"language: {error}", param="language") from None
+            await _live(websocket, state["scheduler"], language, pair)
+        except ApiError as error:
+            await websocket.send_json({"type": "error", "message": str(error), "code": error.code})
+            await websocket.close(1013 if error.status == 503 else 1008)
+
+    async def page(request: Request) -> Response:
+        return HTMLResponse(resources.files("whisper_spec").joinpath("data/live.html").read_text())
+
     return Starlette(routes=[
         Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
         Route("/v1/audio/translations", translations, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        WebSocketRoute("/v1/audio/live", live),
+        Route("/live", page, methods=["GET"]),
     ], lifespan=lifespan)
+
+
+async def _live(websocket: WebSocket, scheduler: Scheduler, language: str | None, pair: WhisperPair) -> None:
+    """One live stream: the socket's PCM fed to the scheduler, each update sent back as it comes; the
+    stream ends with the socket's {"type": "end"} or its close (then nothing is sent)."""
+    loop, outbox = asyncio.get_running_loop(), asyncio.Queue()
+    tokenizer, text = pair.main.tokenizer, []
+
+    def report(result, error) -> None:  # on the decoding thread
+        if isinstance(result, LiveUpdate):
+            text.append(tokenizer.decode(result.confirmed))
+            result = {"type": "update", "confirmed": text[-1], "tentative": tokenizer.decode(result.tentative),
+                      "text": "".join(text).strip(), "seconds": round(result.seconds, 2)}
+        elif isinstance(result, Transcript):
+            result = {"type": "final", "text": result.text, "duration": round(result.duration, 3),
+                      "language": pair.main.special.language_name(result.language),
+                      "segments": [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text}
+                                   for s in result.segments]}
+        else:
+            result = {"type": "error", "message": error, "code": "live_failed"}
+        loop.call_soon_threadsafe(outbox.put_nowait, result)
+
+    try:
+        live_id = scheduler.open_live(language, report)
+    except Busy as busy:
+        raise ApiError(503, f"the server is busy: {busy}; try again shortly", code="server_busy") from None
+
+    async def send() -> None:
+        while True:
+            message = await outbox.get()
+            await websocket.send_json(message)
+            if message["type"] != "update":
+                await websocket.close()
+                return
+
+    sender = asyncio.create_task(send())
+    try:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            if message.get("bytes") is not None:
+                scheduler.feed_live(live_id, np.frombuffer(message["bytes"][: len(message["bytes"]) // 2 * 2],
+                                                           dtype="<i2").astype(np.float32) / 32768.0)
+            elif json.loads(message.get("text") or "{}").get("type") == "end":
+                scheduler.end_live(live_id)
+                await sender
+                return
+    except (WebSocketDisconnect, json.JSONDecodeError):
+        pass
+    scheduler.end_live(live_id)  # the client left: its stream still ends, freeing its place
+    sender.cancel()
+
+
+def _authorize_socket(websocket: WebSocket, api_key: str | None) -> None:
+    """A browser cannot set a WebSocket's headers: the key may come as ?api_key= too."""
+    if api_key is None:
+        return
+    given = websocket.headers.get("authorization", "").partition(" ")[2].strip() or websocket.query_params.get("api_key", "")
+    if not hmac.compare_digest(given.encode(), api_key.encode()):
+        raise ApiError(401, "Incorrect API key provided: send Authorization: Bearer KEY or ?api_key=KEY",
+                       code="invalid_api_key")
 
 
 def _model(model_id: str) -> dict:

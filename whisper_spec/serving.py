@@ -1,24 +1,34 @@
 """Requests in flight -> one decoding thread -> their transcripts: the windows (speech chunks of long
 uploads included) of every request with the same decoding options share batches of up to max_batch,
-new requests' windows joining the next batch as others finish (docs/decisions.md, "Serving").
+new requests' windows joining the next batch as others finish (docs/decisions.md, "Serving"). Live
+streams' audio -> the same thread -> their updates: every stream with a second of new audio is
+updated in one batch (live.update), before the next batch of windows.
 
 A request's transcript is what `pipeline.transcribe` gives for its audio with its options: a
-window's result does not depend on its batch. The thread owns the model pair and the jobs; requests
-reach it through a queue and leave with a future."""
+window's result does not depend on its batch; a live update is the main model's decoding of its
+stream's buffer whatever shares its batch. The thread owns the model pair, the jobs and the streams;
+requests and audio reach it through a queue, and leave with a future or a callback."""
 
 from __future__ import annotations
 
 import itertools
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .audio import SAMPLE_RATE
+from .live import LiveStream, LiveUpdate, finish, transcript, update
 from .options import ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
 from .pipeline import Failure, Transcript, _Job, transcribe
+
+LIVE_STEP_SECONDS = 1.0  # a live stream is updated once it has this much new audio (live.py's figures)
+# when one is, every other stream with this much new audio joins its batch: streams out of step share batches
+LIVE_JOIN_SECONDS = 0.5
 
 
 class Busy(Exception):
@@ -37,9 +47,13 @@ class ServingStats:
     refused: int = 0
     batches: int = 0
     batch_windows: int = 0
+    live_streams: int = 0  # opened
+    live_updates: int = 0  # batches of live streams updated together
+    live_rows: int = 0  # the streams those batches held
 
     def as_dict(self) -> dict:
-        return {**vars(self), "mean_batch": round(self.batch_windows / self.batches, 3) if self.batches else None}
+        return {**vars(self), "mean_batch": round(self.batch_windows / self.batches, 3) if self.batches else None,
+                "mean_live_batch": round(self.live_rows / self.live_updates, 3) if self.live_updates else None}
 
 
 @dataclass
@@ -49,6 +63,27 @@ class _Request:
     options: DecodingOptions
     future: Future
     index: int = -1
+
+
+@dataclass
+class _Live:
+    """A live stream the thread holds: its state, the new audio not yet decoded, and whom to tell. report
+    is called on the thread with each update (None where the stream failed: error says why), and last
+    with the finished Transcript."""
+
+    stream: LiveStream
+    report: Callable[[LiveUpdate | Transcript | None, str | None], None]
+    fresh: int = 0  # samples fed since its last update
+    ending: bool = False
+    failed: bool = False
+    incoming: list[np.ndarray] = field(default_factory=list)
+
+
+@dataclass
+class _LiveMessage:
+    id: int
+    samples: np.ndarray | None = None  # None: the stream ends
+    opened: _Live | None = None
 
 
 class Scheduler:
@@ -67,6 +102,7 @@ class Scheduler:
         self._in_flight = 0
         self._closing = False
         self._ids = itertools.count()
+        self._live_count = 0
         self._thread = threading.Thread(target=self._run, name="whisper-spec-decoder", daemon=True)
         self._thread.start()
 
@@ -90,6 +126,27 @@ class Scheduler:
         future.add_done_callback(self._left)
         self._inbox.put(_Request(name, audio, options, future))
         return future
+
+    def open_live(self, language: str | None, report) -> int:
+        """A live stream (its language; None: detected), counted among the requests in flight (Busy beyond
+        max_queue); report(update, error) is called on the decoding thread (_Live). Returns its id."""
+        with self._lock:
+            if self._closing or self._in_flight >= self.max_queue:
+                self.stats.refused += 1
+                raise Busy(f"{self._in_flight} requests in flight, the most this server holds")
+            self._in_flight += 1
+            self.stats.live_streams += 1
+        live_id = next(self._ids)
+        self._inbox.put(_LiveMessage(live_id, opened=_Live(LiveStream(language=language), report)))
+        return live_id
+
+    def feed_live(self, live_id: int, samples: np.ndarray) -> None:
+        """More of a live stream's 16 kHz samples."""
+        self._inbox.put(_LiveMessage(live_id, samples=np.asarray(samples, np.float32)))
+
+    def end_live(self, live_id: int) -> None:
+        """The stream's audio is over: its last update and its transcript follow (report)."""
+        self._inbox.put(_LiveMessage(live_id))
 
     def cancel(self, future: Future) -> None:
         """The request's client left: its windows leave the batches to come (those decoding finish)."""
@@ -116,9 +173,10 @@ class Scheduler:
     def _run(self) -> None:
         jobs: dict[DecodingOptions, _Job] = {}
         requests: dict[tuple[DecodingOptions, int], _Request] = {}
+        lives: dict[int, _Live] = {}
         while True:
-            idle = not any(job.pending for job in jobs.values())
-            if idle and self._closing and not requests:
+            idle = not any(job.pending for job in jobs.values()) and not any(_due(live) for live in lives.values())
+            if idle and self._closing and not requests and not lives:
                 return
             try:  # wait for work only where there is none to do
                 incoming = [self._inbox.get(timeout=None if idle else 0)]
@@ -129,8 +187,11 @@ class Scheduler:
                     incoming.append(self._inbox.get_nowait())
                 except queue.Empty:
                     break
+            for message in [m for m in incoming if isinstance(m, _LiveMessage)]:
+                _take(lives, message)
+            self._update_live(lives)
             try:
-                for request in filter(None, incoming):
+                for request in [r for r in incoming if isinstance(r, _Request)]:
                     if not request.future.cancelled():
                         self._add(jobs, requests, request)
                 self._drop_cancelled(jobs, requests)
@@ -144,6 +205,52 @@ class Scheduler:
                     _answer(request, Failure(request.name, f"{request.name}: the server failed: {error}"))
                 jobs.clear()
                 requests.clear()
+
+    def _update_live(self, lives: dict[int, _Live]) -> None:
+        """Where a stream has a step of new audio (or is at its end), it and every stream with
+        LIVE_JOIN_SECONDS of new audio updated, max_batch at a time; an ending stream then finished. A
+        batch that fails is updated stream by stream, and only a stream whose own update fails is
+        dropped, told why."""
+        due = []
+        if any(_due(live) for live in lives.values()):
+            due = [live_id for live_id, live in lives.items()
+                   if _due(live) or live.fresh >= LIVE_JOIN_SECONDS * SAMPLE_RATE]
+        for start in range(0, len(due), self.max_batch):
+            group = [lives[live_id] for live_id in due[start : start + self.max_batch]]
+            for live in group:
+                live.stream.feed(np.concatenate(live.incoming) if live.incoming else np.zeros(0, np.float32))
+                live.incoming, live.fresh = [], 0
+            try:
+                results = update(self.pair, [live.stream for live in group])
+            except Exception:  # noqa: BLE001 -- which stream's fault: each alone
+                results = [self._update_alone(live) for live in group]
+            self.stats.live_updates += 1
+            self.stats.live_rows += len(group)
+            for live, result in zip(group, results):
+                if result is not None:
+                    live.report(result, None)
+        for live_id in [live_id for live_id, live in lives.items() if live.failed or (live.ending and not live.fresh)]:
+            live = lives.pop(live_id)
+            if not live.failed:
+                try:
+                    finish(self.pair, live.stream)
+                    live.report(transcript(self.pair, live.stream), None)
+                except Exception as error:  # noqa: BLE001
+                    live.report(None, f"the live stream failed: {type(error).__name__}: {error}")
+            self._live_left()
+
+    def _update_alone(self, live: _Live) -> LiveUpdate | None:
+        try:
+            return update(self.pair, [live.stream])[0]
+        except Exception as error:  # noqa: BLE001
+            live.report(None, f"the live stream failed: {type(error).__name__}: {error}")
+            live.failed = True
+            return None
+
+    def _live_left(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            self.stats.finished += 1
 
     def _add(self, jobs: dict, requests: dict, request: _Request) -> None:
         """Plan a request's windows into the job of its options: requests that differ only in language
@@ -204,6 +311,26 @@ class Scheduler:
                 _withdraw(jobs[options], index)
                 _forget(jobs[options], index)
                 del requests[options, index]
+
+
+def _due(live: _Live) -> bool:
+    """A live stream is updated once it has a step of new audio, and at its end."""
+    return live.fresh >= LIVE_STEP_SECONDS * SAMPLE_RATE or (live.ending and live.fresh > 0)
+
+
+def _take(lives: dict[int, _Live], message: _LiveMessage) -> None:
+    """A live stream opened, fed or ended."""
+    if message.opened is not None:
+        lives[message.id] = message.opened
+        return
+    live = lives.get(message.id)
+    if live is None or live.ending:
+        return
+    if message.samples is None:
+        live.ending = True
+    else:
+        live.incoming.append(message.samples)
+        live.fresh += len(message.samples)
 
 
 def _answer(request: _Request, result: Transcript | Failure) -> None:
