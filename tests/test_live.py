@@ -50,7 +50,7 @@ def test_two_streams_share_updates_each_exact_and_the_confirmed_text_is_the_reco
         passes["main-only"] += sum(r.stats.main_forwards for r in reference)
         trimmed |= any(s.offset > 0 for s in streams)
         prompted |= len({len(u.prompt) for u in decoded}) > 1  # rows of several prompt lengths in one batch
-    assert trimmed and prompted and passes["hinted"] * 2.5 < passes["main-only"], passes
+    assert trimmed and prompted and passes["hinted"] * 2 < passes["main-only"], passes
     for index, (stream, samples) in enumerate(zip(streams, audio)):
         finish(pair, stream)
         soundfile.write(tmp_path / f"{index}.wav", samples, SAMPLE_RATE)

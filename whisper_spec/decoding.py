@@ -93,7 +93,7 @@ def decode_encoded(
     the window its text's timestamps reach before it may end (with timestamps; default 0.0: anywhere).
     hints: per row, a hypothesis of the same audio (a previous decoding's WindowResult.tokens, as a
     live stream re-decoding its buffer has) that the row drafts from for free where its text meets it
-    (speculative.hinted_drafts); verified, so the tokens are the main model's whatever the hint. Not
+    (speculative.hint_proposals); verified, so the tokens are the main model's whatever the hint. Not
     with speculation off (the main model alone), nor in fixed shapes (GPUs), which ignore them.
     prompts: per row, its own options.prompt (a live stream's text so far); rows of several prompt
     lengths share the batch where the kernels are row-invariant, and decode in groups of one length

@@ -6,7 +6,7 @@ the rest tentative -> the buffer trimmed at the end of a confirmed segment once 
 A hypothesis is the main model's own decoding of the buffer (the drafts are verified): an update's
 tokens equal a main-only decoding of the same buffer with the same prompt and end floor (LiveUpdate
 keeps them). The last hypothesis is nearly always right for the audio the two buffers share, so most
-of an update's tokens are accepted drafts that cost no drafter (speculative.hinted_drafts).
+of an update's tokens are accepted drafts that cost no drafter (speculative.hint_proposals).
 Figures and the choices behind the constants: docs/decisions.md, "Live transcription".
 """
 

@@ -89,7 +89,7 @@ class Context:
     # live stream's confirmed text in its buffer, timestamps included
     prefixes: tuple[tuple[int, ...], ...] = ()
     # per row, a hypothesis of the same audio (a previous decoding's tokens after the prompt) whose
-    # continuation the row drafts for free (hinted_drafts); None: none for any row
+    # continuation the row drafts for free (hint_proposals); None: none for any row
     hints: tuple[tuple[int, ...] | None, ...] | None = None
 
     @property
@@ -163,17 +163,21 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
         active = ~state.done
         context.caches.keep(active)
         k = int(state.draft_length[active].max()) if context.drafts else 0
+        proposals = hint_proposals(context, state) if context.hints is not None else {}
+        if proposals and len(proposals) == int(active.sum()):
+            k = 0  # every row drafts from its hint: no assistant step this round
         round_drafts, k = timed_part(timing, "draft", draft, context, state, k, stats)
         assistant_steps = k
-        if context.hints is not None:
-            round_drafts, k = hinted_drafts(context, state, round_drafts, k)
+        if proposals:
+            round_drafts, k = hinted_drafts(state, proposals, round_drafts, k)
         logits, scored, features = timed_part(timing, "verify", verify, context, state, k, round_drafts, stats)
         if context.judges_silence and state.no_speech is None:
             read_no_speech(context, state, context.main.decoder.logits(features[rows, sot_columns]))
         n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored)
         logprobs = token_logprobs(state, k, logits, scored, n_accepted, next_token) if state.sums_logprobs else None
-        advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts, logprobs=logprobs,
-                assistant_steps=assistant_steps)
+        # a hint's drafts say nothing of how far the assistant's would be right: no adapting after them
+        advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts and not proposals,
+                logprobs=logprobs, assistant_steps=assistant_steps)
 
 
 def prefill(context: Context, state: State, stats: DecodingStats, features=None) -> None:
@@ -279,21 +283,29 @@ def hint_continuation(hint: tuple[int, ...], text: list[int], n: int, end: int |
     return full[at : at + n]
 
 
-def hinted_drafts(context: Context, state: State, round_drafts: Tensor, k: int) -> tuple[Tensor, int]:
-    """Each row with a hint drafts the hint's continuation of its text (hint_continuation, up to
-    max_draft tokens, the hint's end followed by EOT) in place of the assistant's drafts; a row whose
-    text has left its hint keeps the assistant's. Verified like any draft, so the tokens stay the
-    main model's; the drafts cost no forward pass. Returns each row's drafts and the round's k."""
-    tokens, eot = state.tokens, context.main.special.eot
+def hint_proposals(context: Context, state: State) -> dict[int, list[int]]:
+    """Per active row with a hint that continues its text: the hint's continuation (hint_continuation,
+    up to max_draft tokens, the hint's end followed by EOT)."""
+    eot, tokens = context.main.special.eot, state.tokens
     lengths, done, begins = state.length.tolist(), state.done.tolist(), context.begins.tolist()
+    proposals = {}
     for row, hint in enumerate(context.hints):
-        if hint is None or done[row]:
-            continue
-        proposal = hint_continuation(hint, tokens[row, begins[row] : lengths[row]].tolist(), context.max_draft, end=eot)
-        if proposal:
-            tokens[row, lengths[row] : lengths[row] + len(proposal)] = torch.tensor(proposal, device=tokens.device)
-            round_drafts[row] = len(proposal)
-            k = max(k, len(proposal))
+        if hint is not None and not done[row]:
+            proposal = hint_continuation(hint, tokens[row, begins[row] : lengths[row]].tolist(), context.max_draft, end=eot)
+            if proposal:
+                proposals[row] = proposal
+    return proposals
+
+
+def hinted_drafts(state: State, proposals: dict[int, list[int]], round_drafts: Tensor, k: int) -> tuple[Tensor, int]:
+    """Each row with a proposal (hint_proposals) drafts it in place of the assistant's drafts; the
+    others keep the assistant's. Verified like any draft, so the tokens stay the main model's; the
+    drafts cost no forward pass. Returns each row's drafts and the round's k."""
+    tokens, lengths = state.tokens, state.length.tolist()
+    for row, proposal in proposals.items():
+        tokens[row, lengths[row] : lengths[row] + len(proposal)] = torch.tensor(proposal, device=tokens.device)
+        round_drafts[row] = len(proposal)
+        k = max(k, len(proposal))
     return round_drafts, k
 
 
