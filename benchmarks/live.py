@@ -2,9 +2,9 @@
 saves, how soon words are confirmed, and what the live transcript loses against the offline one.
 
 Each recording is fed to a LiveStream a second at a time and updated after each second (whisper_streaming's
-computation-unaware schedule), in three modes on the same buffers: drafts from the last hypothesis (the
-default), the assistant alone, and the main model alone. The modes' tokens must be equal update for
-update (checked). Per mode: per update the encoder and decoding milliseconds (medians), the main model's
+computation-unaware schedule), in four modes on the same buffers: drafts from the last hypothesis (the
+default: the assistant drafts past the hypothesis), the hypothesis alone (no assistant), the assistant
+alone, and the main model alone. The modes' tokens must be equal update for update (checked). Per mode: per update the encoder and decoding milliseconds (medians), the main model's
 forward passes and the tokens it kept per pass. Confirmed-word latency: on a real-time clock (an update
 starts when its second of audio has arrived and the last update is done, and takes what it took), from a
 word's end in the audio (the offline transcript's word timestamps, words matched by alignment) to the
@@ -42,11 +42,14 @@ from whisper_spec.bench.metrics import machine_info, normalize, word_error_rate
 from whisper_spec.live import LiveStream, finish, update
 from whisper_spec.load import load_pair
 from whisper_spec.options import DecodingOptions
+from whisper_spec.pair import WhisperPair
 from whisper_spec.pipeline import transcribe
 from whisper_spec.sources import ct2_source
 
 STEP_SECONDS = 1.0
-MODES = {"hypothesis drafts": ("auto", True), "assistant only": ("on", False), "main-only": ("off", False)}
+# name: (speculation, drafts from the last hypothesis, the assistant takes part)
+MODES = {"hypothesis drafts": ("auto", True, True), "hypothesis drafts alone": ("on", True, False),
+         "assistant only": ("on", False, True), "main-only": ("off", False, False)}
 
 
 def play(pair, audio: np.ndarray, language: str | None, speculation: str, hypothesis_drafts: bool) -> dict:
@@ -208,9 +211,11 @@ def main() -> int:
                                          DecodingOptions(language=f["language"], word_timestamps=True)))
             offline.append((transcript, [(w.word, w.end) for s in transcript.segments for w in s.words]))
     runs = {mode: [] for mode in MODES}
+    alone = WhisperPair(pair.main, None, pair.device, pair.dtype)  # the same main model, no assistant
     for f, path, samples in zip(files, paths, audio):
-        for mode, (speculation, hinted) in MODES.items():
-            runs[mode].append(play(pair, samples, f["language"], speculation, hinted))
+        for mode, (speculation, hinted, assisted) in MODES.items():
+            decoding = pair if assisted else alone
+            runs[mode].append(play(decoding, samples, f["language"], speculation, hinted))
             progress({"recording": path.name, "mode": mode, "text": runs[mode][-1]["text"][:80]})
         tokens = [[u["tokens"] for u in runs[mode][-1]["updates"]] for mode in MODES]
         assert all(t == tokens[0] for t in tokens), f"the modes' tokens differ on {path.name}"
