@@ -149,3 +149,27 @@ def test_dtype_and_device_options():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA"):
             load_pair("tiny.en", device="cuda")
+
+
+@pytest.mark.slow
+def test_alignment_heads_naming_layers_the_decoder_lacks_are_dropped(tmp_path):
+    """A distilled checkpoint listing its teacher's heads (layers past its own): word timestamps still
+    time every word, with the heads it has, or the later half's heads where it has none of them."""
+    import json
+
+    from conftest import speech
+
+    from whisper_spec.options import DecodingOptions
+    from whisper_spec.pipeline import transcribe
+
+    model = load_pair("tiny.en", int8=False, encoder_precision="float32").main
+    export = save_model(model, tmp_path / "tiny.en")
+    config = json.loads((export / "generation_config.json").read_text())
+    clip = speech("librispeech/test-clean/1089-134686-0000.flac")
+    for heads in ([[2, 1], [7, 3], [31, 19]], [[7, 3], [31, 19], [3, 9]]):  # tiny.en: 4 layers of 6 heads
+        (export / "generation_config.json").write_text(json.dumps({**config, "alignment_heads": heads}))
+        pair = load_pair(export, assistant=None, int8=False, encoder_precision="float32")
+        assert pair.main.alignment_heads == tuple(tuple(h) for h in heads if h[0] < 4 and h[1] < 6)
+        result = next(transcribe(pair, [clip], DecodingOptions(word_timestamps=True)))
+        words = [w for s in result.segments for w in s.words]
+        assert words and "".join(w.word for w in words).strip() == result.text

@@ -172,6 +172,14 @@ def build_decoder(dims: ModelDims, state: dict, dtype, device) -> Decoder:
     return decoder
 
 
+def _alignment_heads(listed, dims) -> tuple[tuple[int, int], ...]:
+    """The generation config's alignment heads that this decoder has: a distilled checkpoint may list
+    its teacher's, naming layers it lacks (the rest time words; with none left, timing.alignment_heads
+    falls back to the later half's heads)."""
+    heads = ((int(layer), int(head)) for layer, head in listed)
+    return tuple((layer, head) for layer, head in heads if 0 <= layer < dims.n_text_layer and 0 <= head < dims.n_text_head)
+
+
 def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", device="cpu",
                int8: bool = False, encoder_precision: str | None = None) -> Whisper:
     """One Whisper model; with_encoder=False reads the decoder only. int8: decoder linears in
@@ -212,7 +220,7 @@ def load_model(spec: str | Path, *, with_encoder: bool = True, dtype="float32", 
         sources = [path / "model.safetensors"] if prequantized else ckpt.sources
         quantized = cached_int8(kind, sources, lambda: dynamic_int8_weights(encoder, decoder))
         quantize_dynamic_linears(encoder, decoder, quantized)
-    heads = tuple((int(layer), int(head)) for layer, head in generation.get("alignment_heads") or ())
+    heads = _alignment_heads(generation.get("alignment_heads") or (), dims)
     drafting = config.get(DRAFTING_CONFIG) or {}  # an exported distilled assistant's (export.save_model)
     languages, tasks = drafting.get("draft_languages"), drafting.get("draft_tasks")
     return Whisper(str(spec), path, dims, special, Tokenizer(vocabulary, special), decoder, encoder, alignment_heads=heads,
