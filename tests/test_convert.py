@@ -124,3 +124,25 @@ def test_an_english_only_model_refuses_to_translate():
     assert english_only.prompt(None, "transcribe", False) == [english_only.sot, english_only.no_timestamps]
     with pytest.raises(ValueError, match="English-only: it transcribes English and cannot translate"):
         english_only.prompt(None, "translate", False)
+
+
+@pytest.mark.slow  # resolve_model converts the embedded weights where not yet done
+@pytest.mark.parametrize("model", ["base", "tiny.en"])
+@pytest.mark.parametrize("dropped", [("lang_to_id", "task_to_id", "is_multilingual"),
+                                     ("lang_to_id", "task_to_id", "is_multilingual", "no_timestamps_token_id"),
+                                     ("eos_token_id", "decoder_start_token_id")])
+def test_an_older_generation_config_is_completed_from_the_tokenizer(model, dropped, tmp_path):
+    """Older hub checkpoints' generation configs lack the languages, tasks, the multilingual flag or the
+    no-timestamps token: read from the tokenizer's special tokens, the model's special tokens are the
+    same (a multilingual model stays multilingual, an English-only one English-only)."""
+    import shutil
+
+    from whisper_spec.tokenizer import SpecialTokens
+
+    folder = sources.resolve_model(model)
+    complete = SpecialTokens.from_model_dir(folder)
+    shutil.copy(folder / "tokenizer.json", tmp_path / "tokenizer.json")
+    config = json.loads((folder / "generation_config.json").read_text())
+    (tmp_path / "generation_config.json").write_text(json.dumps({k: v for k, v in config.items() if k not in dropped}))
+    assert SpecialTokens.from_model_dir(tmp_path) == complete
+    assert bool(complete.lang_to_id) == (model == "base")

@@ -10,6 +10,7 @@ from pathlib import Path
 import tokenizers
 
 TIME_PRECISION = 0.02  # seconds per timestamp token
+ENGLISH_EOT = 50256  # GPT-2's end of text, which English-only Whisper vocabularies keep (SpecialTokens.from_model_dir)
 
 
 @dataclass(frozen=True)
@@ -83,27 +84,35 @@ class SpecialTokens:
     @classmethod
     def from_model_dir(cls, path: Path, vocabulary: tokenizers.Tokenizer | None = None) -> "SpecialTokens":
         """From generation_config.json (written by Hugging Face and by our converter) and the
-        tokenizer (vocabulary: tokenizer.json already read)."""
+        tokenizer (vocabulary: tokenizer.json already read). What an older config lacks (languages,
+        tasks, whether the model is multilingual, the no-timestamps token) is read from the tokenizer's
+        special tokens, as transformers does."""
         gen = json.loads((path / "generation_config.json").read_text())
-        lang_to_id = {k.strip("<|>"): v for k, v in (gen.get("lang_to_id") or {}).items()}
-        task_to_id = gen.get("task_to_id") or {}
-        eot = gen["eos_token_id"]
         vocabulary = vocabulary or read_vocabulary(path)
-        no_speech = next((i for i in map(vocabulary.token_to_id, ("<|nospeech|>", "<|nocaptions|>")) if i is not None),
-                         None)
-        previous = vocabulary.token_to_id("<|startofprev|>")
+        token = vocabulary.token_to_id
+        eot = gen.get("eos_token_id") or token("<|endoftext|>")
+        sot = gen.get("decoder_start_token_id") or token("<|startoftranscript|>")
+        task_to_id = gen.get("task_to_id") or {task: token(f"<|{task}|>") for task in ("transcribe", "translate")}
+        if gen.get("lang_to_id"):
+            lang_to_id = {k.strip("<|>"): v for k, v in gen["lang_to_id"].items()}
+        else:  # the language tokens follow <|startoftranscript|> up to the first task token
+            first_task = min((i for i in task_to_id.values() if i is not None), default=sot + 1)
+            lang_to_id = {vocabulary.id_to_token(i).strip("<|>"): i for i in range(sot + 1, first_task)}
+        # English-only vocabularies keep GPT-2's end of text; multilingual ones have a token more before it
+        multilingual = gen.get("is_multilingual", bool(gen["lang_to_id"]) if "lang_to_id" in gen else eot > ENGLISH_EOT)
+        no_speech = next((i for i in map(token, ("<|nospeech|>", "<|nocaptions|>")) if i is not None), None)
         return cls(
             eot=eot,
-            sot=gen["decoder_start_token_id"],
+            sot=sot,
             transcribe=task_to_id.get("transcribe"),
             translate=task_to_id.get("translate"),
-            no_timestamps=gen["no_timestamps_token_id"],
-            lang_to_id=lang_to_id if gen.get("is_multilingual", bool(lang_to_id)) else {},
+            no_timestamps=gen.get("no_timestamps_token_id") or token("<|notimestamps|>"),
+            lang_to_id=lang_to_id if multilingual else {},
             suppress=tuple(gen.get("suppress_tokens") or ()),
             begin_suppress=tuple(gen.get("begin_suppress_tokens") or ()),
             max_initial_timestamp_index=gen.get("max_initial_timestamp_index"),
             no_speech=no_speech,
-            previous=previous,
+            previous=token("<|startofprev|>"),
         )
 
     def fingerprint(self) -> dict:
