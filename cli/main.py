@@ -139,6 +139,9 @@ def _setup(args, formats: list[str], load: bool = True):
     vad = VadOptions(threshold=args.vad_threshold, min_silence=args.vad_min_silence, speech_pad=args.vad_speech_pad,
                      min_speech=args.vad_min_speech)  # its errors already name the --vad-* settings
     chunking = _options(ChunkingOptions, chunk_length=args.chunk_length, vad=args.vad, vad_options=vad)
+    if max(options.temperature) > 1:
+        note(f"--temperature {','.join(f'{t:g}' for t in options.temperature)}: above 1 sampling is close to uniform "
+             "(text barely follows the audio), and the fallbacks stop at 1")
     shaping = [f"--{name.replace('_', '-')}" for name, value in vars(layout).items() if value]
     if shaping and not set(SUBTITLES) & set(formats):
         note(f"{', '.join(shaping)} shape{'s' * (len(shaping) == 1)} srt and vtt cues; the {', '.join(formats)} output has none")

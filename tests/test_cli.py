@@ -186,6 +186,18 @@ def test_timed_formats_turn_timestamps_on_and_cutting_cues_word_timestamps():
         assert layout.needs_word_times == words
 
 
+def test_a_temperature_above_one_is_said(capsys):
+    from whisper_spec.cli.main import _setup
+    from whisper_spec.cli.parser import build_parser
+
+    for flags, said in ((["--temperature", "2"], True), (["--temperature", "0,1.5"], True), ([], False),
+                        (["--temperature", "1"], False), (["--temperature", "2", "-q"], False)):
+        options = _setup(build_parser().parse_args(["transcribe", "x", *flags]), ["txt"], load=False)[0]
+        err = capsys.readouterr().err
+        assert ("above 1 sampling is close to uniform" in err) == said, (flags, err)
+    assert options.temperature == (2.0,)
+
+
 def test_encoder_precision_is_left_to_the_loader_unless_a_flag_says(tmp_path):
     """No flag: load_pair's device default (platform.default_encoder_precision); --encoder-precision: that one."""
     from whisper_spec.cli.main import pair_args
