@@ -299,6 +299,7 @@ def test_digital_silence_gives_no_text(capsys, tmp_path):
         assert code == 0, err
         result = json.loads(out)
         assert result["text"] == "" and result["segments"] == [] and result["duration"] == 5.0
+        assert result["language"] in (None, "en")  # none claimed where nobody speaks; English-only: English
     # speech with digital silence around it is decoded as before
     audio, rate = soundfile.read(QUILTER, dtype="float32")
     padded = tmp_path / "padded.wav"
@@ -331,6 +332,9 @@ def test_noise_and_room_tone_give_no_text_and_speech_is_kept(tmp_path):
     for main, speculative in zip(results[False], results[True]):
         assert main.text == speculative.text
     assert [r.text for r in results[True][:3]] == ["", "", ""]
+    # no language claimed for noise (detection on it said "nn" and the like); given, it stays
+    assert [r.language for r in results[True]] == [None, None, None, "en"]
+    assert next(transcribe(pair, paths[:1], DecodingOptions(language="de"))).language == "de"
     assert results[True][3].text.startswith("Mr. Quilter is the apostle")
     # each of two rules silences them alone: without both (--no-vad: no speech detector after decoding)
     # Whisper writes words for the noise; the detector hears the doubted text of a short file as no speech

@@ -623,6 +623,8 @@ def _assemble(pair: WhisperPair, file: _File) -> Transcript:
     if probability is None:  # detected on a window: the first that found the file's language
         probability = next((w.result.language_probability for w in file.windows
                             if w.result.language == language and w.result.language_probability is not None), None)
+    if not segments and probability is not None:  # a language detected where nobody speaks is noise's ("nn")
+        language = probability = None
     stats = DecodingStats(audio_seconds=sum(len(w.audio) for w in file.windows) / SAMPLE_RATE,
                           encoder_seconds=file.detection_seconds)
     for window in file.windows:
