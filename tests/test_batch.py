@@ -10,7 +10,7 @@ import pytest
 from conftest import SPEECH, manifest
 
 from whisper_spec.batch import FAILURES_FILE, SUMMARY_FILE, run_batch
-from whisper_spec.jobs import collect_jobs
+from whisper_spec.jobs import Job, collect_jobs
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair, decoder_subset
 from whisper_spec.pipeline import transcribe
@@ -23,6 +23,14 @@ def test_a_manifests_prompt_is_read_and_checked(tmp_path):
     source.write_text(json.dumps({"path": "a.wav", "prompt": ["Del", "Potro"]}) + "\n")
     with pytest.raises(ValueError, match="jobs.jsonl:1: 'prompt' is a text"):
         collect_jobs(str(source))
+
+
+def test_a_manifests_relative_paths_are_normalised(tmp_path):
+    """manifests/../audio/a.wav is audio/a.wav, as progress lines and failures.jsonl name it."""
+    (tmp_path / "manifests").mkdir()
+    source = tmp_path / "manifests" / "jobs.jsonl"
+    source.write_text(json.dumps({"path": "../audio/./a.wav"}) + "\n" + json.dumps({"path": str(tmp_path / "x/../b.wav")}) + "\n")
+    assert [str(job.path) for job in collect_jobs(str(source))] == [str(tmp_path / "audio" / "a.wav"), str(tmp_path / "b.wav")]
 
 
 def test_inputs_folder_glob_and_manifest():
@@ -170,3 +178,16 @@ def test_each_file_reads_its_own_prompt_in_a_mixed_job(pair, tmp_path):
             assert text == alone.text, path
             changed += text != unprompted.text
         assert changed > 0
+
+
+def test_a_file_where_nobody_speaks_adds_no_language_to_the_summary(tmp_path):
+    """Its transcript claims no language (pipeline), and the summary's acceptance by language gains no
+    entry for it (it was "nn": null)."""
+    from whisper_spec.batch import BatchLog
+    from whisper_spec.stats import DecodingStats
+
+    jobs = [Job(tmp_path / "talk.wav", "talk"), Job(tmp_path / "noise.wav", "noise")]
+    log = BatchLog(jobs, tmp_path / "out", ["txt"], progress=False)
+    log.file_done(jobs[0], 10.0, "en", DecodingStats(drafted=10, accepted=8))
+    log.file_done(jobs[1], 6.0, None, DecodingStats())
+    assert log.close()["acceptance_by_language"] == {"en": 0.8}

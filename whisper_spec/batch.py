@@ -94,7 +94,8 @@ class BatchLog:
         self.done += 1
         self.audio += duration
         self.stats.add(stats)
-        self.by_language.setdefault(language, DecodingStats()).add(stats)
+        if language is not None or stats.drafted:  # a file where nobody speaks has neither
+            self.by_language.setdefault(language, DecodingStats()).add(stats)
         self.bar.file_done(str(job.path))
 
     def close(self) -> dict:

@@ -112,7 +112,8 @@ def _find_jobs(source: str) -> list[Job]:
                 raise ValueError(f"{path}:{number}: not a JSON object with a 'path'") from None
             if not isinstance(row.get("prompt", ""), (str, type(None))):
                 raise ValueError(f"{path}:{number}: 'prompt' is a text")
-            full = audio if audio.is_absolute() else path.parent / audio
+            # normalised as a user would write it (manifest/../audio/x.wav is audio/x.wav), links left alone
+            full = Path(os.path.normpath(audio if audio.is_absolute() else path.parent / audio))
             name = audio.with_suffix("") if not audio.is_absolute() else Path(audio.stem)
             jobs.append(Job(full, str(name), row.get("language"), row.get("prompt")))
         return jobs
