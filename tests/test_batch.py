@@ -191,3 +191,30 @@ def test_a_file_where_nobody_speaks_adds_no_language_to_the_summary(tmp_path):
     log.file_done(jobs[0], 10.0, "en", DecodingStats(drafted=10, accepted=8))
     log.file_done(jobs[1], 6.0, None, DecodingStats())
     assert log.close()["acceptance_by_language"] == {"en": 0.8}
+
+
+def test_one_job_at_a_time_writes_into_an_output_folder_and_a_rerun_with_nothing_to_do_keeps_the_summary(tmp_path):
+    """A second job into the folder while one runs is refused in one line (both would decode every file
+    and interleave their records); once the first ends it may run. A rerun that transcribes nothing
+    (every output there) leaves the summary of the run that did them."""
+    import subprocess
+    import sys
+
+    from whisper_spec.batch import BatchLog
+    from whisper_spec.stats import DecodingStats
+
+    jobs = [Job(tmp_path / "talk.wav", "talk")]
+    first = BatchLog(jobs, tmp_path / "out", ["txt"], progress=False)
+    with pytest.raises(ValueError, match=r"out: another whisper-spec batch job is writing there"):
+        BatchLog(jobs, tmp_path / "out", ["txt"], progress=False)
+    other_process = [sys.executable, "-c", "import sys, pathlib; from whisper_spec.batch import BatchLog; "
+                     "BatchLog([], pathlib.Path(sys.argv[1]), ['txt'], progress=False)", str(tmp_path / "out")]
+    refused = subprocess.run(other_process, capture_output=True, text=True)
+    assert refused.returncode != 0 and "another whisper-spec batch job" in refused.stderr
+    (tmp_path / "out" / "talk.txt").write_text("Hello.\n")
+    first.file_done(jobs[0], 10.0, "en", DecodingStats(drafted=10, accepted=8))
+    written = first.close()
+    assert written["done"] == 1 and subprocess.run(other_process).returncode == 0
+    again = BatchLog(jobs, tmp_path / "out", ["txt"], progress=False)
+    assert again.todo == [] and again.close()["done"] == 0
+    assert json.loads((tmp_path / "out" / SUMMARY_FILE).read_text())["done"] == 1

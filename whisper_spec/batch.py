@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +25,9 @@ SUMMARY_FILE = "summary.json"
 # the outputs batch jobs wrote in an output folder, one relative path a line: a job rewrites only
 # these, never a file it did not create
 LEDGER_FILE = ".whisper-spec-outputs"
+# held (flock) while a job writes into its output folder: a second job there at once would decode every
+# file again and interleave its records with the first's
+LOCK_FILE = ".whisper-spec-lock"
 
 
 def output_names(job: Job, formats: list[str]) -> list[str]:
@@ -56,6 +60,7 @@ class BatchLog:
     def __init__(self, jobs: list[Job], output_dir: Path, formats: list[str], progress: bool):
         self.output_dir, self.formats = Path(output_dir), formats
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = _hold(self.output_dir)
         ledger = self.output_dir / LEDGER_FILE
         self.written = set(ledger.read_text().splitlines()) if ledger.is_file() else set()
         pending = [job for job in jobs if not outputs_exist(job, self.output_dir, formats)]
@@ -99,7 +104,8 @@ class BatchLog:
         self.bar.file_done(str(job.path))
 
     def close(self) -> dict:
-        """The summary, also written to summary.json."""
+        """The summary, also written to summary.json unless this run transcribed and tried nothing (a
+        rerun with every file done keeps the summary of the run that did them); the folder let go."""
         self.bar.close()
         wall = time.perf_counter() - self.started
         totals = self.stats.as_dict()
@@ -114,8 +120,26 @@ class BatchLog:
             "stats": totals,
             "failures_file": str(self.failures_path),
         }
-        write_atomic(self.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+        if self.done or self.failed or not (self.output_dir / SUMMARY_FILE).is_file():
+            write_atomic(self.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+        self._lock.close()
         return summary
+
+
+def _hold(output_dir: Path):
+    """The output folder's lock, taken (LOCK_FILE); ValueError where another job holds it. Released when
+    the handle closes or the process ends."""
+    handle = (output_dir / LOCK_FILE).open("a")
+    with suppress(ImportError):  # fcntl: POSIX; elsewhere jobs are not kept apart
+        import fcntl
+
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise ValueError(f"{output_dir}: another whisper-spec batch job is writing there; wait for it to end "
+                             "or give another --output-dir") from None
+    return handle
 
 
 def run_batch(
