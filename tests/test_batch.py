@@ -218,3 +218,22 @@ def test_one_job_at_a_time_writes_into_an_output_folder_and_a_rerun_with_nothing
     again = BatchLog(jobs, tmp_path / "out", ["txt"], progress=False)
     assert again.todo == [] and again.close()["done"] == 0
     assert json.loads((tmp_path / "out" / SUMMARY_FILE).read_text())["done"] == 1
+
+
+def test_a_full_disk_names_the_file_it_could_not_write(tmp_path):
+    """The job's records on a full disk (/dev/full answers every write with ENOSPC): the error names
+    the record, and a failure is shown before its record is tried."""
+    from whisper_spec.batch import FAILURES_FILE, LEDGER_FILE, BatchLog
+    from whisper_spec.stats import DecodingStats
+
+    jobs = [Job(tmp_path / "talk.wav", "talk"), Job(tmp_path / "broken.wav", "broken")]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LEDGER_FILE).symlink_to("/dev/full")
+    (out / FAILURES_FILE).symlink_to("/dev/full")
+    log = BatchLog(jobs, out, ["txt"], progress=False)
+    with pytest.raises(OSError, match=r"No space left on device.*\.whisper-spec-outputs"):
+        log.file_done(jobs[0], 10.0, "en", DecodingStats())
+    with pytest.raises(OSError, match=r"No space left on device.*failures\.jsonl"):
+        log.file_failed(jobs[1], "broken.wav: not audio")
+    assert log.failed == 1

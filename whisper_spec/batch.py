@@ -81,10 +81,9 @@ class BatchLog:
                                           f"whisper-spec job wrote it: left alone, not transcribed")
 
     def _record_failure(self, job: Job, error: str) -> None:
-        with self.failures_path.open("a") as f:
-            f.write(json.dumps({"path": str(job.path), "error": error}) + "\n")
         self.bar.write(f"{self.bar.prog}: error: {error}")
         self.failed += 1
+        _append(self.failures_path, json.dumps({"path": str(job.path), "error": error}) + "\n")
 
     def file_failed(self, job: Job, error: str) -> None:
         self._record_failure(job, error)
@@ -93,8 +92,7 @@ class BatchLog:
     def file_done(self, job: Job, duration: float, language: str | None, stats: DecodingStats) -> None:
         new = [name for name in output_names(job, self.formats) if name not in self.written]
         if new:
-            with (self.output_dir / LEDGER_FILE).open("a") as ledger:
-                ledger.write("".join(f"{name}\n" for name in new))
+            _append(self.output_dir / LEDGER_FILE, "".join(f"{name}\n" for name in new))
             self.written.update(new)
         self.done += 1
         self.audio += duration
@@ -124,6 +122,16 @@ class BatchLog:
             write_atomic(self.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
         self._lock.close()
         return summary
+
+
+def _append(path: Path, text: str) -> None:
+    """text added to the job's record at path; an OSError naming it where it cannot be (a full disk: the
+    job stops there, its outputs so far kept)."""
+    try:
+        with path.open("a") as record:
+            record.write(text)
+    except OSError as error:
+        raise OSError(error.errno, f"cannot add to the job's record ({error.strerror})", str(path)) from None
 
 
 def _hold(output_dir: Path):
