@@ -281,6 +281,32 @@ def test_a_header_that_undercounts_never_takes_the_bar_past_its_total(tmp_path):
     progress.close()
 
 
+def test_the_bar_says_what_it_waits_for_and_never_passes_its_total(monkeypatch, capsys):
+    """On a terminal: a word while the first windows decode, then many small steps whose rounded sum
+    would pass the header's total end at 100% without tqdm's clamping warning; in a log the first line
+    says what the job holds."""
+    import sys
+    import warnings
+
+    from whisper_spec.jobs import AudioProgress
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    progress = AudioProgress([QUILTER], enabled=True)
+    assert "finding speech" in capsys.readouterr().err
+    total = progress.bar.total
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # TqdmWarning: clamping frac to range [0, 1]
+        for _ in range(3000):
+            progress.advance(total / 3000 + 0.0004)
+        progress.bar.refresh()
+    assert progress.bar.n == progress.bar.total >= total and "-00:00" not in capsys.readouterr().err
+    progress.close()
+    capsys.readouterr()
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    AudioProgress([QUILTER, CLIPS[0]], enabled=True).close()
+    assert re.match(r"whisper-spec: 2 files, \d+ s of audio to transcribe\n", capsys.readouterr().err)
+
+
 def test_json_times_are_rounded_and_stdout_blocks_are_labelled(capsys):
     code, out, err = run(capsys, "transcribe", QUILTER, CLIPS[0], "-m", "tiny.en", "-f", "json", "-f", "srt", "-q")
     assert code == 0, err

@@ -174,12 +174,22 @@ class AudioProgress:
         self.bar = tqdm(total=round(sum(self.seconds.values()), 3), unit="s", unit_scale=True, desc="audio",
                         disable=not (enabled and sys.stderr.isatty()))
         self.done_seconds, self.logged = 0.0, time.monotonic()
+        if enabled and self.bar.disable:  # a log's first line: what the job holds, before any of it is done
+            print(f"{prog}: {self.files} file{'s' * (self.files != 1)}, {self.bar.total:.0f} s of audio to transcribe",
+                  file=sys.stderr, flush=True)
+        elif enabled:  # the first windows take a while (speech found, encoded): say so rather than sit at 0%
+            self.bar.set_postfix_str("finding speech, decoding the first windows")
 
     def advance(self, seconds: float) -> None:
+        if not self.done_seconds:
+            self.bar.set_postfix_str("")
         self.done_seconds += seconds
-        if self.done_seconds > self.bar.total:  # a header that undercounts: never past 100%
-            self.bar.total = round(self.done_seconds, 3)
-        self.bar.update(round(seconds, 3))
+        # the bar shows the rounded seconds done, never past its total (tqdm clamps and warns past it)
+        shown = round(self.done_seconds, 3)
+        if shown > self.bar.total:  # a header that undercounts: the total grows instead
+            self.bar.total = shown
+        self.bar.update(shown - self.bar.n)
+        self.bar.n = shown  # the steps' float sum drifts
         if self.enabled and self.bar.disable and time.monotonic() - self.logged >= LOG_EVERY_SECONDS:
             self.logged = time.monotonic()
             print(f"{self.prog}: {self.done_seconds:.0f} of {self.bar.total:.0f} s of audio transcribed",
