@@ -309,13 +309,21 @@ def test_compiled_drafts_are_timed_as_configurations_of_their_own(pair, utteranc
 
 @pytest.mark.slow
 def test_bench_cli_writes_report_table_and_plots(tmp_path, capsys):
+    """In a log (stderr is no terminal): the plan up front, a line a pass, no carriage returns; the table's
+    header names both precisions, and an int8 configuration's speedup is against int8 main-only."""
     code = cli(["bench", MANIFEST, "--set", "dutch_vl_tts", "--limit", "2", "--batch-sizes", "2", "--repeats", "1",
-                "--peers", "none", "--int8", "--output-dir", str(tmp_path), "--quiet"])
+                "--peers", "none", "--int8", "--output-dir", str(tmp_path)])
     assert code == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "| speculative int8 b2 |" in out and "check: passed" in out
+    assert "int8 decoders on bfloat16 rows" in out and "same batch size and precision" in out
+    assert re.search(r"bench: 4 configurations \(main b2, speculative b2, main int8 b2, speculative int8 b2\)", err), err
+    assert "bench: timed pass 1 of 1" in err and "\r" not in err
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["int8_kernel"] == "int8pack_mm"
+    by_name = {c["name"]: c for c in report["configs"]}
+    assert by_name["speculative int8 b2"]["speedup"] == pytest.approx(
+        by_name["main int8 b2"]["total_seconds"] / by_name["speculative int8 b2"]["total_seconds"])
     assert (tmp_path / "time_by_config.png").stat().st_size > 1000
 
 

@@ -131,6 +131,7 @@ def run_bench(pair: WhisperPair, utterances: list[Utterance], options: BenchOpti
     report = build_report(pair, utterances, configs, runs, options, model, data or {}, languages)
     report["left_out"] = left_out
     report["int8_kernel"] = int8_pair.int8_kernel if int8_pair is not None else None
+    report["int8_dtype"] = str(int8_pair.dtype).removeprefix("torch.") if int8_pair is not None else None
     report["auto_max_draft_frames_int8"] = int8_pair.platform.auto_max_draft_frames if int8_pair is not None else None
     return report
 
@@ -143,6 +144,11 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
     and so is a compiled configuration of ours that torch.compile cannot compile."""
     configs = plan_configs(pair, options, peers)
     languages = _languages_of(pair, utterances)  # given, or the main model's detection; peers get them too
+    audio = sum(u.seconds for u in utterances)
+    note(f"{len(configs)} configurations ({', '.join(c.name for c in configs)}), each warmed up, then timed "
+         f"{options.repeats} times over {len(utterances)} utterances ({audio:.0f} s of audio): "
+         f"{len(configs) * (options.repeats + 1)} passes over the audio")
+    bars = progress and sys.stderr.isatty()  # in a log, a line a pass instead of a bar's carriage returns
 
     def execute(config: Config, rows: range):
         subset = [utterances[i] for i in rows]
@@ -154,7 +160,7 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
         return tokens, texts, None, []
 
     blocks = batches(len(utterances), math.lcm(*(c.batch_size for c in configs)))
-    bar = tqdm(total=len(configs), desc="warm-up", unit="run", disable=not progress)
+    bar = tqdm(total=len(configs), desc="warm-up", unit="run", disable=not bars)
     warm_up_seconds = {}
     for config in configs:
         bar.update()
@@ -181,9 +187,13 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
     bar.close()
     configs = [c for c in configs if c.engine not in left_out and c.name not in left_out]
     runs = {c.name: Run(warm_up_seconds=warm_up_seconds[c.name]) for c in configs}
-    bar = tqdm(total=len(configs) * options.repeats * len(blocks), desc="bench", unit="run", disable=not progress)
-    for _ in range(options.repeats):
+    if not bars:
+        note(f"warmed up ({sum(warm_up_seconds.values()):.0f} s)")
+    bar = tqdm(total=len(configs) * options.repeats * len(blocks), desc="bench", unit="run", disable=not bars)
+    for repeat in range(options.repeats):
         parts, seconds = _time_repeat(configs, blocks, execute, pair.device, bar)
+        if not bars:
+            note(f"timed pass {repeat + 1} of {options.repeats} ({sum(s[0] for s in seconds.values()):.0f} s)")
         for config in configs:
             run, part = runs[config.name], parts[config.name]
             run.tokens, run.texts, run.stats, run.per_utterance = part.tokens, part.texts, part.stats, part.per_utterance

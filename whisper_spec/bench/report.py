@@ -26,7 +26,8 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
     for config in configs:
         run = runs[config.name]
         baseline = runs.get(config.baseline)
-        float_main = runs.get(f"main b{config.batch_size}")
+        # speedups against main-only at the same batch size and precision (int8 against int8)
+        float_main = runs.get(f"main{' int8' * config.int8} b{config.batch_size}")
         total = statistics.median(run.total_seconds)
         wer = word_error_rate(references, run.texts, languages)
         differing = [] if baseline is None else [
@@ -63,7 +64,7 @@ def build_report(pair, utterances, configs, runs, options, model, data, language
         entry["tokens_per_second"] = entry["generated_tokens"] / seconds if seconds else None
         if stats and float_main is not None and float_main.decoding_seconds:
             entry["decoding_speedup"] = statistics.median(float_main.decoding_seconds) / entry["decoding_seconds"]
-            main_by_language = by_language[f"main b{config.batch_size}"]
+            main_by_language = by_language[f"main{' int8' * config.int8} b{config.batch_size}"]
             for language, figures in entry["by_language"].items():
                 main_seconds = main_by_language[language]["decoding_seconds"]
                 figures["decoding_speedup"] = main_seconds / figures["decoding_seconds"] if figures["decoding_seconds"] else None
@@ -127,11 +128,19 @@ def check_exactness(results: list[dict]) -> list[str]:
     return failures
 
 
+def _precisions(report: dict) -> str:
+    """The precisions the configurations ran at: the float pair's dtype, and the int8 decoders' rows."""
+    if not any(r["int8"] for r in report["configs"] if r["engine"] == "whisper-spec"):
+        return report["dtype"]
+    return f"{report['dtype']}; int8 decoders on {report.get('int8_dtype') or report['dtype']} rows"
+
+
 def markdown_table(report: dict) -> str:
     """A table shaped like the Hugging Face blog's: time, WER and speedup per configuration."""
     lines = [
         f"{report['model']} + {report['assistant'] or 'no assistant'}, {report['data']['utterances']} utterances "
-        f"({report['data']['audio_seconds']:.0f} s), {report['machine']['device']}, {report['dtype']}",
+        f"({report['data']['audio_seconds']:.0f} s), {report['machine']['device']}, {_precisions(report)}; speedups "
+        "against main-only at the same batch size and precision",
         "",
         "| configuration | time (s) | WER (%) | speedup | acceptance | tokens / main forward | identical |",
         "|---|---:|---:|---:|---:|---:|---:|",
