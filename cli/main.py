@@ -251,7 +251,7 @@ def cmd_batch(args) -> int:
                                     layout=layout)
         else:
             summary = run_batch(pair, jobs, args.output_dir, formats, options, batch_size=args.batch_size,
-                                chunking=chunking, progress=not args.quiet, layout=layout)
+                                chunking=chunking, progress=not args.quiet, layout=layout, verbose=args.verbose)
     except KeyboardInterrupt:
         try:
             done = json.loads((args.output_dir / SUMMARY_FILE).read_text())["done"]

@@ -198,10 +198,9 @@ def _add_output_options(parser: argparse.ArgumentParser, output_dir_required: bo
                      help="srt and vtt: a cue per word as it is spoken, that word underlined (implies --word-timestamps)")
     talk = out.add_mutually_exclusive_group()
     talk.add_argument("--quiet", "-q", action="store_true", help="no progress bar or notes")
-    if not output_dir_required:  # a batch job's files are its record
-        talk.add_argument("--verbose", "-v", action="store_true",
-                          help="each segment on stderr as it is decoded, '[start --> end] text' (a long file's "
-                               "text while the rest decodes)")
+    talk.add_argument("--verbose", "-v", action="store_true",
+                      help="each segment on stderr as it is decoded, '[start --> end] text' (a long file's text "
+                           "while the rest decodes; with several files, each line begins with its file)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -209,6 +208,16 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but arguments no command takes are refused by the command's parser, whose help
+        is the one to read (argparse leaves them to the top-level one)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self._subparsers._group_actions[0].choices.get(getattr(parsed, "command", None)) \
+                if self._subparsers is not None else None
+            (command or self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
 
 def build_parser() -> argparse.ArgumentParser:

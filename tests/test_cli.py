@@ -337,3 +337,21 @@ def test_more_threads_than_cores_is_said():
     done = subprocess.run([sys.executable, "-c", "from whisper_spec.cli import run; run()", "transcribe", str(QUILTER),
                            "--model", "tiny.en", "--threads", str(cores + 62)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and f"--threads {cores + 62}: this process may use {cores} cores" in done.stderr
+
+
+def test_an_argument_a_command_does_not_take_points_to_that_commands_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["batch", "x", "-o", "y", "--bogus"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == ("whisper-spec batch: error: unrecognized arguments: --bogus "
+                                       "(see whisper-spec batch --help)\n")
+
+
+@pytest.mark.slow
+def test_batch_verbose_shows_each_segment_after_its_file(tmp_path, capsys):
+    clip = speech("librispeech/test-clean/1089-134686-0000.flac")
+    code = main(["batch", str(QUILTER), str(clip), "-o", str(tmp_path), "-m", "tiny.en", "-v"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    for path in (QUILTER, clip):
+        assert re.search(rf"^{re.escape(str(path))}: \[00:00:00\.000 --> 00:00:\d\d\.\d\d\d\] \S", err, flags=re.M), err

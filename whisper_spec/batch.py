@@ -18,7 +18,7 @@ from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions, SubtitleOptio
 from .pair import WhisperPair
 from .pipeline import Failure, Transcript, transcribe
 from .stats import DecodingStats
-from .writers import write_atomic, write_outputs
+from .writers import segment_line, write_atomic, write_outputs
 
 FAILURES_FILE = "failures.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -162,16 +162,23 @@ def run_batch(
     progress: bool = True,
     layout: SubtitleOptions = SubtitleOptions(),
     on_file: Callable[[Job, Path | None], None] | None = None,
+    verbose: bool = False,
 ) -> dict:
     """Run a batch job here; returns the summary (also written to output_dir/summary.json).
-    layout: srt and vtt cues (writers.cues). on_file(job, first output written or None) after each file."""
+    layout: srt and vtt cues (writers.cues). on_file(job, first output written or None) after each file.
+    verbose: each segment on stderr as it is decoded, after its file's path."""
     log = BatchLog(jobs, output_dir, formats, progress)
     by_path = {str(job.path): job for job in log.todo}
     languages = {str(job.path): job.language for job in log.todo if job.language}
     prompts = {str(job.path): job.prompt for job in log.todo if job.prompt}
+    def show(path: str, segments) -> None:
+        for segment in segments:
+            log.bar.write(f"{path}: {segment_line(segment)}")
+
     try:
         results = transcribe(pair, [job.path for job in log.todo], options, batch_size=batch_size, chunking=chunking,
-                             languages=languages, prompts=prompts, on_window=log.bar.advance)
+                             languages=languages, prompts=prompts, on_window=log.bar.advance,
+                             on_segments=show if verbose else None)
         for result in results:
             job = by_path[result.path]
             written = write_result(result, log.output_dir, formats, job.name, layout)

@@ -1,18 +1,18 @@
 """Audio arriving in chunks -> each update, every stream's buffer decoded (at most one window) in one
-batch, each row with its stream's text so far as its prompt and drafting from its last hypothesis ->
-text confirmed where two hypotheses in a row agree (LocalAgreement-2, as ufal's whisper_streaming),
-the rest tentative -> the buffer trimmed at the end of a confirmed segment once it is long.
+batch, each row with its confirmed text before the buffer as its prompt and its confirmed text in the
+buffer as its forced beginning, drafting from its last hypothesis -> text confirmed where two
+hypotheses in a row agree (LocalAgreement-2, as ufal's whisper_streaming), the rest tentative -> the
+buffer trimmed at the end of a confirmed segment once it is long.
 
 A hypothesis is the main model's own decoding of the buffer (the drafts are verified): an update's
-tokens equal a main-only decoding of the same buffer with the same prompt and end floor (LiveUpdate
-keeps them). The last hypothesis is nearly always right for the audio the two buffers share, so most
-of an update's tokens are accepted drafts that cost no drafter (speculative.hint_proposals).
-Figures and the choices behind the constants: docs/decisions.md, "Live transcription".
+tokens equal a main-only decoding of the same buffer with the same prompt, prefix and end floor
+(LiveUpdate keeps them). The last hypothesis is nearly always right for the audio the two buffers
+share, so most of an update's tokens are accepted drafts that cost no drafter
+(speculative.hint_proposals). The choices behind the constants: docs/decisions.md, "Live transcription".
 """
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -45,7 +45,7 @@ SILENT_SECONDS = 5.0
 class LiveStream:
     """One stream's state: its buffer, what of it is confirmed, and its last hypothesis."""
 
-    language: str | None = None  # None: detected at the first update with speech, then kept
+    language: str | None = None  # None: detected at each update until text is confirmed, then kept
     audio: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))  # the buffer
     offset: int = 0  # the stream's samples before the buffer
     confirmed: list[int] = field(default_factory=list)  # text tokens confirmed, the whole stream's
@@ -111,13 +111,15 @@ def update(pair: WhisperPair, streams: list[LiveStream], options: DecodingOption
     mel, assistant_mel = pair_features(pair, [s.audio for s in batch])
     encoded, stats = encode_batch(pair, mel, options, assistant_mel)
     results, _ = decode_encoded(pair, encoded, options, languages=[s.language for s in batch], stats=stats,
-                                hints=[s.hypothesis if hypothesis_drafts else None for s in batch], end_floors=[floors[i] for i in speaking],
+                                hints=[s.hypothesis if hypothesis_drafts else None for s in batch],
+                                end_floors=[floors[i] for i in speaking],
                                 prompts=[updates[i].prompt or None for i in speaking],
                                 prefixes=[updates[i].prefix for i in speaking])
     for index, stream, result in zip(speaking, batch, results):
         updates[index] = replace(updates[index], stats=result.stats, tokens=list(result.tokens), end_floor=floors[index])
         updates[index].confirmed, updates[index].tentative = _agree(pair, stream, list(result.tokens))
-        stream.language = stream.language or result.language
+        if stream.confirmed:  # detected on a second or two of audio, a language may be wrong until text agrees
+            stream.language = stream.language or result.language
         if len(stream.audio) > TRIM_SECONDS * SAMPLE_RATE:
             _trim_confirmed(pair, stream)
     return updates

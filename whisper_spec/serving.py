@@ -102,7 +102,6 @@ class Scheduler:
         self._in_flight = 0
         self._closing = False
         self._ids = itertools.count()
-        self._live_count = 0
         self._thread = threading.Thread(target=self._run, name="whisper-spec-decoder", daemon=True)
         self._thread.start()
 
@@ -228,22 +227,22 @@ class Scheduler:
             self.stats.live_rows += len(group)
             for live, result in zip(group, results):
                 if result is not None:
-                    live.report(result, None)
+                    _tell(live, result)
         for live_id in [live_id for live_id, live in lives.items() if live.failed or (live.ending and not live.fresh)]:
             live = lives.pop(live_id)
             if not live.failed:
                 try:
                     finish(self.pair, live.stream)
-                    live.report(transcript(self.pair, live.stream), None)
+                    _tell(live, transcript(self.pair, live.stream))
                 except Exception as error:  # noqa: BLE001
-                    live.report(None, f"the live stream failed: {type(error).__name__}: {error}")
+                    _tell(live, None, f"the live stream failed: {type(error).__name__}: {error}")
             self._live_left()
 
     def _update_alone(self, live: _Live) -> LiveUpdate | None:
         try:
             return update(self.pair, [live.stream])[0]
         except Exception as error:  # noqa: BLE001
-            live.report(None, f"the live stream failed: {type(error).__name__}: {error}")
+            _tell(live, None, f"the live stream failed: {type(error).__name__}: {error}")
             live.failed = True
             return None
 
@@ -311,6 +310,15 @@ class Scheduler:
                 _withdraw(jobs[options], index)
                 _forget(jobs[options], index)
                 del requests[options, index]
+
+
+def _tell(live: _Live, result, error: str | None = None) -> None:
+    """A live stream's update, transcript or error to its reporter; one whose listener is gone (a closed
+    event loop) is not the thread's fault."""
+    try:
+        live.report(result, error)
+    except Exception:  # noqa: BLE001
+        live.failed = True
 
 
 def _due(live: _Live) -> bool:
