@@ -77,8 +77,12 @@ def play(pair, audio: np.ndarray, language: str | None, speculation: str, hypoth
 def peer_play(connection, ct2_dir: str, threads: int, recordings: list[tuple[np.ndarray, str | None]]) -> None:
     """In a process of its own: whisperlivekit's LocalAgreement on faster-whisper, each recording a second
     at a time; sends back per recording the updates' seconds and the words each committed, and the text."""
+    import logging
+
     from faster_whisper import WhisperModel
     from whisperlivekit.local_agreement.backends import FasterWhisperASR
+
+    logging.getLogger("faster_whisper").setLevel(logging.WARNING)  # a line an update otherwise
     from whisperlivekit.local_agreement.online_asr import OnlineASRProcessor
 
     class GreedyFasterWhisper(FasterWhisperASR):

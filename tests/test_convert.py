@@ -146,3 +146,17 @@ def test_an_older_generation_config_is_completed_from_the_tokenizer(model, dropp
     (tmp_path / "generation_config.json").write_text(json.dumps({k: v for k, v in config.items() if k not in dropped}))
     assert SpecialTokens.from_model_dir(tmp_path) == complete
     assert bool(complete.lang_to_id) == (model == "base")
+
+
+def test_a_hub_download_fetches_only_the_weights_transformers_loads():
+    """large-v3's repository keeps fp32 shards beside its fp16 model.safetensors (the listing as the hub
+    gives it); a sharded repository's shards are its weights; neither fetches pytorch or flax files."""
+    large_v3 = ["added_tokens.json", "config.json", "flax_model.msgpack", "generation_config.json", "merges.txt",
+                "model.fp32-00001-of-00002.safetensors", "model.fp32-00002-of-00002.safetensors", "model.safetensors",
+                "model.safetensors.index.fp32.json", "normalizer.json", "preprocessor_config.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.fp32.json", "pytorch_model.fp32-00001-of-00002.bin", "tokenizer.json"]
+    assert sources.weight_files(large_v3) == ["model.safetensors"]
+    sharded = ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+               "model.safetensors.index.json", "pytorch_model-00001-of-00002.bin"]
+    assert sources.weight_files(sharded) == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert sources.weight_files(["config.json", "decoder.safetensors"]) == ["decoder.safetensors"]

@@ -12,6 +12,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -202,17 +203,24 @@ def resolve_model(spec: str) -> Path:
     return _download_from_hub(spec)
 
 
+def weight_files(names: list[str]) -> list[str]:
+    """Of a hub repository's files, the safetensors weights transformers loads: model.safetensors, or
+    the shards model.safetensors.index.json names (model-0000i-of-0000n); never the variants beside them
+    (large-v3 keeps fp32 shards next to its fp16 file: gigabytes more to fetch)."""
+    if "model.safetensors" in names:
+        return ["model.safetensors"]
+    shards = [n for n in names if re.fullmatch(r"model-\d+-of-\d+\.safetensors", n)]
+    if "model.safetensors.index.json" in names and shards:
+        return shards
+    return [n for n in names if n.endswith(".safetensors")]  # a layout of its own: all of them
+
+
 def _download_from_hub(repo_id: str) -> Path:
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import list_repo_files, snapshot_download
 
     try:
-        return Path(
-            snapshot_download(
-                repo_id,
-                allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"],
-                ignore_patterns=["*.msgpack", "*.h5", "flax_*", "tf_*"],
-            )
-        )
+        weights = weight_files(list_repo_files(repo_id))
+        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.txt", "*.model", *weights]))
     except Exception as error:  # noqa: BLE001 - offline, unknown repo, bad id: one line naming both readings
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise ModelNotFound(f"{repo_id}: no such directory, and not downloadable from the Hugging Face hub "
