@@ -167,6 +167,17 @@ def test_what_the_server_refuses_it_refuses_as_openai_does(server, tmp_path):
     too_big = server.post(clip, name="big.wav", content=b"\0" * (4 * 1024 * 1024))
     assert too_big.status_code == 413 and _error(too_big)["code"] == "file_too_large"
     assert server.post(clip).status_code == 200  # and it still serves
+    # the live socket: its key as a header or (a browser's way) in the query, else an error message
+    from websockets.sync.client import connect
+
+    socket_url = f"ws://127.0.0.1:{server.port}/v1/audio/live"
+    for url, headers in ((socket_url, None), (f"{socket_url}?api_key=wrong", None)):
+        with connect(url, additional_headers=headers) as socket:
+            assert json.loads(socket.recv(timeout=30))["code"] == "invalid_api_key"
+    for url, headers in ((f"{socket_url}?api_key={KEY}", None), (socket_url, {"Authorization": f"Bearer {KEY}"})):
+        with connect(url, additional_headers=headers) as socket:
+            socket.send(json.dumps({"type": "end"}))
+            assert json.loads(socket.recv(timeout=30))["type"] == "final"
 
 
 @pytest.mark.slow

@@ -21,19 +21,18 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .audio import AudioError, load_audio
-from .options import TEMPERATURE_INCREMENT, ChunkingOptions, DecodingOptions, ServerOptions, temperature_schedule
 from .live import LiveUpdate
+from .options import TEMPERATURE_INCREMENT, ChunkingOptions, DecodingOptions, ServerOptions, temperature_schedule
 from .pair import WhisperPair
 from .pipeline import Failure, Transcript
 from .serving import Busy, Scheduler
@@ -118,7 +117,7 @@ def create_app(pair: WhisperPair, options: ServerOptions, chunking: ChunkingOpti
     async def live(websocket: WebSocket) -> None:
         await websocket.accept()
         try:
-            _authorize_socket(websocket, options.api_key)
+            _authorize(websocket, options.api_key, in_query=True)
             try:
                 language = pair.main.special.language_code(websocket.query_params.get("language") or None)
             except ValueError as error:
@@ -193,27 +192,22 @@ async def _live(websocket: WebSocket, scheduler: Scheduler, language: str | None
     sender.cancel()
 
 
-def _authorize_socket(websocket: WebSocket, api_key: str | None) -> None:
-    """A browser cannot set a WebSocket's headers: the key may come as ?api_key= too."""
-    if api_key is None:
-        return
-    given = websocket.headers.get("authorization", "").partition(" ")[2].strip() or websocket.query_params.get("api_key", "")
-    if not hmac.compare_digest(given.encode(), api_key.encode()):
-        raise ApiError(401, "Incorrect API key provided: send Authorization: Bearer KEY or ?api_key=KEY",
-                       code="invalid_api_key")
-
-
 def _model(model_id: str) -> dict:
     return {"id": model_id, "object": "model", "created": 0, "owned_by": "whisper-spec"}
 
 
-def _authorize(request: Request, api_key: str | None) -> None:
+def _authorize(connection: HTTPConnection, api_key: str | None, in_query: bool = False) -> None:
+    """The request's key (Authorization: Bearer KEY) against the server's; in_query: a WebSocket's may
+    come as ?api_key=KEY too (a browser cannot set a socket's headers)."""
     if api_key is None:
         return
-    given = request.headers.get("authorization", "")
-    scheme, _, token = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
-        raise ApiError(401, "Incorrect API key provided: send Authorization: Bearer KEY with the server's --api-key",
+    scheme, _, token = connection.headers.get("authorization", "").partition(" ")
+    given = token.strip() if scheme.lower() == "bearer" else ""
+    if in_query and not given:
+        given = connection.query_params.get("api_key", "")
+    if not hmac.compare_digest(given.encode(), api_key.encode()):
+        where = "Authorization: Bearer KEY" + (" or ?api_key=KEY" if in_query else "")
+        raise ApiError(401, f"Incorrect API key provided: send {where} with the server's --api-key",
                        code="invalid_api_key")
 
 
