@@ -1,0 +1,76 @@
+"""The checkpoint families users bring, as random-weight copies at tiny dimensions (tests/families.py):
+each pair loads (shared or own encoder as its layout says), decodes a long recording with timestamps and
+word timestamps speculatively to exactly what the main model alone writes, and its decoder prompt and
+greedy tokens are transformers' `generate`'s for the same checkpoint."""
+
+import pytest
+import soundfile
+import torch
+from conftest import mel_of, speech
+from families import FAMILIES, PAIRS, build_families
+from transformers import WhisperForConditionalGeneration
+
+from whisper_spec.audio import SAMPLE_RATE, load_audio
+from whisper_spec.decoding import decode_windows
+from whisper_spec.load import load_pair
+from whisper_spec.options import DecodingOptions
+from whisper_spec.pipeline import transcribe
+
+LONG = "longform/bill_gates-TED-next-epidemic-excerpt.flac"
+# random weights rarely end a text: a few tokens a window are what the checks need
+OPTIONS = dict(word_timestamps=True, temperature=(0.0,), max_length=40)
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("families")
+    built = build_families(folder)
+    soundfile.write(folder / "long.wav", load_audio(speech(LONG))[: 40 * SAMPLE_RATE], SAMPLE_RATE)
+    return built, folder / "long.wav"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("main, assistant", PAIRS)
+def test_each_pair_decodes_a_long_recording_speculatively_as_its_main_model_alone(families, main, assistant):
+    built, recording = families
+    pair = load_pair(built[main], built[assistant])
+    assert pair.shares_encoder == FAMILIES[assistant].causal  # decoder-only: the main encoder's; seq2seq: its own
+    assert pair.main.alignment_heads == ()  # large-v3's heads name layers these decoders lack: dropped
+    language = "en" if pair.main.special.multilingual else None
+    results = {mode: next(transcribe(pair, [recording], DecodingOptions(language=language, speculation=mode, **OPTIONS)))
+               for mode in ("off", "on")}
+    alone, drafted = results["off"], results["on"]
+    assert drafted.stats.drafted > 0 and drafted.stats.windows > 1
+    assert drafted.text == alone.text and alone.text
+    for mine, theirs in zip(drafted.segments, alone.segments, strict=True):
+        assert (mine.start, mine.end, mine.tokens) == (theirs.start, theirs.end, theirs.tokens)
+        assert [(w.word, w.start, w.end) for w in mine.words] == [(w.word, w.start, w.end) for w in theirs.words]
+        assert mine.words
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [name for name, family in FAMILIES.items() if not family.causal])
+def test_each_family_decodes_as_transformers_generate(families, name):
+    """The greedy tokens after the decoder prompt (v3's ids one later from <|translate|> on; no language
+    or task tokens for an English-only model), with and without timestamps."""
+    built, _ = families
+    mel = mel_of([speech("librispeech/dev-clean/1272-128104-0000.flac")], n_mels=FAMILIES[name].mels)
+    pair = load_pair(built[name], None, int8=False, encoder_precision="float32")
+    reference = WhisperForConditionalGeneration.from_pretrained(built[name], dtype=torch.float32).eval()
+    special = pair.main.special
+    language = "en" if special.multilingual else None
+    for timestamps in (False, True):
+        prompt = special.prompt(language, "transcribe", timestamps)  # <|yue|> shifts v3's task tokens
+        assert (special.translate, special.transcribe) == ((50359, 50360) if "v3" in name else (50358, 50359)
+                                                            if special.multilingual else (50357, 50358))
+        ours, _ = decode_windows(pair, mel, DecodingOptions(language=language, timestamps=timestamps, speculation="off",
+                                                            temperature=(0.0,), max_length=len(prompt) + 12))
+        kwargs = dict(language=language, task="transcribe") if language else {}
+        # generate returns the tokens after its decoder prompt: equal ones say the prompts are equal too
+        theirs = [t for t in reference.generate(mel, max_new_tokens=12, return_timestamps=timestamps, **kwargs)[0].tolist()
+                  if t != special.eot]
+        # with timestamps, a text cut at max_new_tokens is decoded again from its last whole segment, and
+        # generate returns both passes: compare its first, up to where its timestamps start again
+        stamps = [(i, t) for i, t in enumerate(theirs) if t >= special.timestamp_begin]
+        again = next((i for (_, before), (i, t) in zip(stamps, stamps[1:]) if t < before), len(theirs))
+        assert ours[0].tokens[:again] == theirs[:again] and again >= 4, (name, timestamps)
