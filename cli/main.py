@@ -30,9 +30,9 @@ def _pick_device(device: str | None, dtype: str | None, int8: bool | None = Fals
     """Device, dtype and int8 decoders from the flags; None: the device's default (platform.default_precision)."""
     import torch
 
-    from whisper_spec.platform import default_precision
+    from whisper_spec.platform import default_device, default_precision
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or str(default_device())
     int8, dtype = default_precision(torch.device(device), int8, dtype)
     return device, dtype, int8
 

@@ -111,16 +111,18 @@ def test_load_pair_loads_what_the_command_line_loads_unless_told():
     from whisper_spec.cli.parser import build_parser
 
     from whisper_spec.pair import decoder_precision, encoder_precision
-    from whisper_spec.platform import default_int8
+    from whisper_spec.platform import default_device, default_int8
 
     def precisions(pair):
         return decoder_precision(pair.main), encoder_precision(pair.main), decoder_precision(pair.assistant)
 
     library = {}
     for flags, kwargs in (([], {}), (["--no-int8"], {"int8": False})):
-        command_line = pair_args(build_parser().parse_args(["transcribe", "x.wav", "--device", "cpu", *flags]))
+        command_line = pair_args(build_parser().parse_args(["transcribe", "x.wav", *flags]))
         library[bool(flags)] = load_pair("base", **kwargs)
-        assert precisions(library[bool(flags)]) == precisions(load_pair(**command_line)), flags
+        from_flags = load_pair(**command_line)
+        assert precisions(library[bool(flags)]) == precisions(from_flags), flags
+        assert library[bool(flags)].device == from_flags.device == default_device()  # one default device for both
     assert decoder_precision(library[False].main).startswith("int8/") == default_int8(torch.device("cpu"))
     assert decoder_precision(library[True].main) == "float32"
 

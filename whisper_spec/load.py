@@ -40,6 +40,7 @@ from .pair import (
 )
 from .platform import (
     check_device,
+    default_device,
     default_encoder_precision,
     default_int8,
     default_precision,
@@ -309,7 +310,7 @@ def load_pair(
     *,
     assistant_encoder: str = "auto",
     dtype: str | torch.dtype | None = None,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
     int8: bool | None = None,
     assistant_int8: bool | None = None,
     encoder_precision: str | None = None,
@@ -325,13 +326,14 @@ def load_pair(
     quantize.py); dtype: the decoders' activations; None: the device's default (platform.default_precision:
     int8 on CPU where a fast int8 kernel runs). assistant_int8: the assistant's, independently (see
     assistant_precision).
-    encoder_precision: the encoders' (see load_model; None: default_encoder_precision).
+    encoder_precision: the encoders' (see load_model; None: default_encoder_precision). device: None:
+    the command line's default (platform.default_device: CUDA where there is one).
     """
     if assistant_encoder not in ("auto", "shared", "own"):
         raise ValueError(f"assistant_encoder must be auto, shared or own, not {assistant_encoder!r}")
     if isinstance(assistant, str) and assistant == DEFAULT_ASSISTANT:
         assistant = default_assistant(str(main))
-    device = torch.device(device)
+    device = torch.device(device) if device is not None else default_device()
     check_device(device)
     int8, dtype = default_precision(device, int8, dtype)
     dtype = as_dtype(dtype)

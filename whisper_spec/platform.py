@@ -177,6 +177,11 @@ def default_int8(device: torch.device) -> bool:
     return device.type == "cpu" and cpu_int8_dtype() is not None
 
 
+def default_device() -> torch.device:
+    """Where load_pair and the command line decode unless told: the first CUDA device where there is one."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def default_precision(device: torch.device, int8: bool | None = None, dtype: str | torch.dtype | None = None
                       ) -> tuple[bool, str | torch.dtype]:
     """int8 decoders and the activation dtype as the command line and load_pair load them, where not given:
