@@ -152,10 +152,9 @@ def _by_prompt_length(pair: WhisperPair, encoded: Encoded, options: DecodingOpti
     """_decode_pass of these rows of the batch (languages .. hints: the whole batch's), together where
     the kernels are row-invariant, else in groups of one length of prompt and prefix: fixed shapes read
     them in a window as wide as they are (fixed_shapes.fixed_draft)."""
-    groups: dict[int, list[int]] = {}
-    for row in rows:
-        length = len(previous[row]) + len(prefixes[row])
-        groups.setdefault(0 if pair.platform.row_invariant else length, []).append(row)
+    groups: dict[tuple, list[int]] = {}
+    for row in rows:  # one length, and SOT at one place in it (where the no-speech probability is read)
+        groups.setdefault(() if pair.platform.row_invariant else (len(previous[row]), len(prefixes[row])), []).append(row)
     found = {}
     for group in groups.values():
         index = None if group == list(range(encoded.batch)) else torch.tensor(group, device=pair.device)

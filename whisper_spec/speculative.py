@@ -122,6 +122,9 @@ class State:
     # position the head's prediction of the final hidden state
     hidden: Tensor | None = None
     sums_logprobs: bool = False  # a row may be judged silent: sum its tokens' log-probabilities
+    # where prompts end at SOT in some rows only: each row's main-model logits after SOT from the
+    # prefill (prefill), for the rows whose SOT is not in the first round's window
+    after_sot: Tensor | None = None
 
 
 def initial_state(context: Context, languages: list[str]) -> State:
@@ -157,8 +160,6 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
     if state.hidden is not None or bool((state.length != context.prompt_length).any()):
         prefill(context, state, stats)
     timing = host_timed(stats, state.tokens.device)
-    rows = torch.arange(len(state.tokens), device=state.tokens.device)
-    sot_columns = context.sot_positions - state.main_cached  # in the first round's window
     while not bool(state.done.all()):
         active = ~state.done
         context.caches.keep(active)
@@ -172,7 +173,7 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
             round_drafts, k = hinted_drafts(state, proposals, round_drafts, k)
         logits, scored, features = timed_part(timing, "verify", verify, context, state, k, round_drafts, stats)
         if context.judges_silence and state.no_speech is None:
-            read_no_speech(context, state, context.main.decoder.logits(features[rows, sot_columns]))
+            read_no_speech(context, state, first_after_sot(context, state, features, k))
         n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored)
         logprobs = token_logprobs(state, k, logits, scored, n_accepted, next_token) if state.sums_logprobs else None
         # a hint's drafts say nothing of how far the assistant's would be right: no adapting after them
@@ -198,11 +199,24 @@ def prefill(context: Context, state: State, stats: DecodingStats, features=None)
             state.hidden[:, :n_prefill] = head_input(context, state, hidden)
             hidden = context.main.decoder.final_hidden(hidden)
         sot = context.sot_positions
-        if context.judges_silence and state.no_speech is None and bool((sot < state.length - 1).all()):
+        if context.judges_silence and state.no_speech is None:
             rows = torch.arange(batch, device=sot.device)
-            read_no_speech(context, state, context.main.decoder.logits(hidden[rows, sot]))
+            after_sot = context.main.decoder.logits(hidden[rows, sot.clamp(max=n_prefill - 1)])
+            if bool((sot < state.length - 1).all()):
+                read_no_speech(context, state, after_sot)
+            else:  # a row whose prompt ends at SOT reads it in the first round, the others these (first_after_sot)
+                state.after_sot = after_sot
         state.main_cached.copy_(state.length - 1)
         stats.main_forwards += 1
+
+
+def first_after_sot(context: Context, state: State, features: Tensor, k: int) -> Tensor:
+    """Each row's main-model logits after SOT, in the first round: from the round's window where SOT is
+    in it (the window's columns end at length + k), else from the prefill (State.after_sot)."""
+    rows = torch.arange(len(state.tokens), device=state.tokens.device)
+    columns = context.sot_positions - (state.length + k - features.shape[1])
+    logits = context.main.decoder.logits(features[rows, columns.clamp(min=0)])
+    return logits if state.after_sot is None else torch.where((columns >= 0)[:, None], logits, state.after_sot)
 
 
 def head_taps(context: Context, state: State) -> tuple[int, ...] | None:
