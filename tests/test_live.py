@@ -195,7 +195,7 @@ def test_the_live_page_in_chromium_shows_what_its_microphone_hears(tmp_path):
                 return jsonlib.loads(socket.recv(timeout=30))["result"]["result"]["value"]
 
         texts = ["", ""]
-        deadline = time.monotonic() + seconds + 60
+        deadline = time.monotonic() + seconds + 150  # a busy machine lags the live updates behind the audio
         while time.monotonic() < deadline:
             texts = [shown(tab) for tab in tabs]
             if all(word_error_rate([offline], [text], ["en"]) < 0.15 for text in texts):
