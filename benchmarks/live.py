@@ -4,8 +4,9 @@ saves, how soon words are confirmed, and what the live transcript loses against 
 Each recording is fed to a LiveStream a second at a time and updated after each second (whisper_streaming's
 computation-unaware schedule), in four modes on the same buffers: drafts from the last hypothesis (the
 default: the assistant drafts past the hypothesis), the hypothesis alone (no assistant), the assistant
-alone, and the main model alone. The modes' tokens must be equal update for update (checked). Per mode: per update the encoder and decoding milliseconds (medians), the main model's
-forward passes and the tokens it kept per pass. Confirmed-word latency: on a real-time clock (an update
+alone, and the main model alone. The modes' tokens must be equal update for update (checked). Per mode:
+per update the encoder and decoding milliseconds (medians), the main model's forward passes and the
+tokens it kept per pass. Confirmed-word latency: on a real-time clock (an update
 starts when its second of audio has arrived and the last update is done, and takes what it took), from a
 word's end in the audio (the offline transcript's word timestamps, words matched by alignment) to the
 end of the update that confirmed it. WER of the final live transcript against the offline one and the
