@@ -115,12 +115,7 @@ class Scheduler:
 
     def submit(self, name: str, audio: np.ndarray, options: DecodingOptions) -> Future:
         """Queue a request: its 16 kHz samples and options; raises Busy where max_queue are in flight."""
-        with self._lock:
-            if self._closing or self._in_flight >= self.max_queue:
-                self.stats.refused += 1
-                raise Busy(f"{self._in_flight} requests in flight, the most this server holds")
-            self._in_flight += 1
-            self.stats.requests += 1
+        self._admit("requests")
         future: Future = Future()
         future.add_done_callback(self._left)
         self._inbox.put(_Request(name, audio, options, future))
@@ -129,15 +124,19 @@ class Scheduler:
     def open_live(self, language: str | None, report) -> int:
         """A live stream (its language; None: detected), counted among the requests in flight (Busy beyond
         max_queue); report(update, error) is called on the decoding thread (_Live). Returns its id."""
+        self._admit("live_streams")
+        live_id = next(self._ids)
+        self._inbox.put(_LiveMessage(live_id, opened=_Live(LiveStream(language=language), report)))
+        return live_id
+
+    def _admit(self, counted: str) -> None:
+        """One more in flight, counted in stats under `counted`; Busy where max_queue are, or closing."""
         with self._lock:
             if self._closing or self._in_flight >= self.max_queue:
                 self.stats.refused += 1
                 raise Busy(f"{self._in_flight} requests in flight, the most this server holds")
             self._in_flight += 1
-            self.stats.live_streams += 1
-        live_id = next(self._ids)
-        self._inbox.put(_LiveMessage(live_id, opened=_Live(LiveStream(language=language), report)))
-        return live_id
+            setattr(self.stats, counted, getattr(self.stats, counted) + 1)
 
     def feed_live(self, live_id: int, samples: np.ndarray) -> None:
         """More of a live stream's 16 kHz samples."""
