@@ -61,38 +61,16 @@ def pair_args(args) -> dict:
                 device=device, int8=int8, encoder_precision=args.encoder_precision)
 
 
-def idle_cores(readings: int = 3) -> int | None:
-    """The cores this process may use that no other process keeps busy now: a busy core shared by
-    two of torch's threads makes every parallel region wait for a time slice (benchmarks/threads.py).
-    From /proc/loadavg's count of runnable threads, the fewest of a few readings 10 ms apart, less
-    this one; None where that cannot be read (not Linux)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-        running = []
-        for reading in range(readings):
-            if reading:
-                time.sleep(0.01)
-            running.append(int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]))
-    except (OSError, AttributeError, ValueError, IndexError):
-        return None
-    return max(1, cores - (min(running) - 1))
-
-
 def load_from_args(args, note):
     """The model pair the options name (pair_args), loaded."""
     from whisper_spec.load import DEFAULT_ASSISTANT, load_pair
 
-    threads = args.threads or idle_cores()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if args.threads and cores and args.threads > cores:
         note(f"--threads {args.threads}: this process may use {cores} cores; more threads than cores slow torch's "
              "kernels (docs/usage.md, CPU threads)")
-    if threads:  # before loading: the kernels' row-invariance is probed with the threads that will run them
-        import torch
-
-        torch.set_num_threads(threads)
     spec = pair_args(args)
-    pair = load_pair(**spec)
+    pair = load_pair(**spec, threads=args.threads)
     if spec["assistant"] == DEFAULT_ASSISTANT and pair.assistant is None:
         note(f"no distilled assistant for {args.model} yet: decoding with the main model alone "
              "(use --assistant MODEL for speculative decoding)")
@@ -273,13 +251,9 @@ def cmd_batch(args) -> int:
 def cmd_distill(args) -> int:
     import shlex
 
-    import torch
-
     from whisper_spec.distill.train import distill
     from whisper_spec.load import load_pair
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     init_layers = tuple(int(i) for i in args.init_layers.split(",")) if args.init_layers else None
     head_features = tuple(int(i) for i in args.head_features.split(",")) if args.head_features else ()
     options = _options(
@@ -293,7 +267,8 @@ def cmd_distill(args) -> int:
     )
     device, _, _ = _pick_device(args.device, "float32")
     # float encoder states, as the shipped assistants were trained on (their cards' commands)
-    main_pair = load_pair(args.main, None, dtype="float32", device=device, int8=False, encoder_precision="float32")
+    main_pair = load_pair(args.main, None, dtype="float32", device=device, int8=False, encoder_precision="float32",
+                          threads=args.threads)
     command = shlex.join([PROG, *sys.argv[1:]])
     summary = distill(main_pair, args.audio, args.output, options, cache=args.cache_dir,
                       resume=args.resume, command=command)

@@ -175,3 +175,28 @@ def test_alignment_heads_naming_layers_the_decoder_lacks_are_dropped(tmp_path):
         result = next(transcribe(pair, [clip], DecodingOptions(word_timestamps=True)))
         words = [w for s in result.segments for w in s.words]
         assert words and "".join(w.word for w in words).strip() == result.text
+
+
+def test_the_python_api_chooses_threads_as_the_command_line_does_once_per_process():
+    """In a process of its own (torch's threads are the process's): load_pair sets the idle cores
+    on its first load where no count is given, a given count wins, and a later load without one keeps it."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import torch\n"
+        "from whisper_spec.load import load_pair\n"
+        "torch.set_num_threads(7)\n"
+        "load_pair('tiny.en', None, device='cpu')\n"
+        "first = torch.get_num_threads()\n"
+        "load_pair('tiny.en', None, device='cpu', threads=3)\n"
+        "given = torch.get_num_threads()\n"
+        "load_pair('tiny.en', None, device='cpu')\n"
+        "print(first, given, torch.get_num_threads())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    first, given, kept = map(int, done.stdout.split())
+    assert 1 <= first <= len(os.sched_getaffinity(0)) < 7
+    assert (given, kept) == (3, 3)

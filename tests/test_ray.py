@@ -57,9 +57,8 @@ def local_run(job_manifest, tmp_path_factory):
     bfloat16 GEMMs, the encoder's on a CPU with AMX, sum in an order that depends on it."""
     out = tmp_path_factory.mktemp("local")
     threads = torch.get_num_threads()
-    torch.set_num_threads(RayOptions().threads)
     try:
-        summary = run_batch(load_pair(**command_line_pair()), collect_jobs(str(job_manifest)), out, FORMATS,
+        summary = run_batch(load_pair(**command_line_pair(), threads=RayOptions().threads), collect_jobs(str(job_manifest)), out, FORMATS,
                             DRAFTING, progress=False)
     finally:
         torch.set_num_threads(threads)

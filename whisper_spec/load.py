@@ -47,6 +47,7 @@ from .platform import (
     dynamic_int8_runs,
     int8_assistant_in_bfloat16,
     prepare,
+    use_threads,
 )
 from .quantize import (
     Int8Embedding,
@@ -314,6 +315,7 @@ def load_pair(
     int8: bool | None = None,
     assistant_int8: bool | None = None,
     encoder_precision: str | None = None,
+    threads: int | None = None,
 ) -> WhisperPair:
     """Load a main model and an optional assistant, as the command line does where not told otherwise.
 
@@ -327,7 +329,9 @@ def load_pair(
     int8 on CPU where a fast int8 kernel runs). assistant_int8: the assistant's, independently (see
     assistant_precision).
     encoder_precision: the encoders' (see load_model; None: default_encoder_precision). device: None:
-    the command line's default (platform.default_device: CUDA where there is one).
+    the command line's default (platform.default_device: CUDA where there is one). threads: torch's
+    CPU threads, which are the process's (platform.use_threads): None sets the cores no other process
+    keeps busy on the first load, as the command line does, and keeps the count after that.
     """
     if assistant_encoder not in ("auto", "shared", "own"):
         raise ValueError(f"assistant_encoder must be auto, shared or own, not {assistant_encoder!r}")
@@ -335,6 +339,7 @@ def load_pair(
         assistant = default_assistant(str(main))
     device = torch.device(device) if device is not None else default_device()
     check_device(device)
+    use_threads(threads)
     int8, dtype = default_precision(device, int8, dtype)
     dtype = as_dtype(dtype)
     main_model = load_model(main, dtype=dtype, device=device, int8=int8, encoder_precision=encoder_precision)

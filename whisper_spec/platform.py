@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -175,6 +177,39 @@ def default_int8(device: torch.device) -> bool:
     (cpu_int8_dtype); elsewhere float, as int8 weights save GPU memory, not time. Decisions, "int8
     decoders by default on CPU"."""
     return device.type == "cpu" and cpu_int8_dtype() is not None
+
+
+def idle_cores(readings: int = 3) -> int | None:
+    """The cores this process may use that no other process keeps busy now: a busy core shared by
+    two of torch's threads makes every parallel region wait for a time slice (benchmarks/threads.py).
+    From /proc/loadavg's count of runnable threads, the fewest of a few readings 10 ms apart, less
+    this one; None where that cannot be read (not Linux)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+        running = []
+        for reading in range(readings):
+            if reading:
+                time.sleep(0.01)
+            running.append(int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]))
+    except (OSError, AttributeError, ValueError, IndexError):
+        return None
+    return max(1, cores - (min(running) - 1))
+
+
+_THREADS_CHOSEN = False  # torch's thread count is the process's: chosen once, by the first load without a count
+
+
+def use_threads(threads: int | None) -> int:
+    """Set torch's CPU threads for the process before a pair loads (its kernels' row invariance is
+    probed with the threads that will run them): `threads` where given; else, the first time, the
+    idle cores (idle_cores), as the command line does, and after that the count already set."""
+    global _THREADS_CHOSEN
+    if threads is None and not _THREADS_CHOSEN:
+        threads = idle_cores()
+    if threads is not None:
+        torch.set_num_threads(threads)
+        _THREADS_CHOSEN = True
+    return torch.get_num_threads()
 
 
 def default_device() -> torch.device:

@@ -44,12 +44,9 @@ class _Transcriber:
 
     def __init__(self, pair_args: dict, options: DecodingOptions, chunking: ChunkingOptions, batch_size: int,
                  output_dir: str, formats: list[str], layout: SubtitleOptions, threads: int):
-        import torch
-
         from .load import load_pair
 
-        torch.set_num_threads(threads)
-        self.pair = load_pair(**pair_args)
+        self.pair = load_pair(**pair_args, threads=threads)
         self.options, self.chunking, self.batch_size = options, chunking, batch_size
         self.output_dir, self.formats, self.layout = Path(output_dir), formats, layout
 
