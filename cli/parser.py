@@ -356,7 +356,8 @@ def _add_bench_parser(sub) -> None:
     bench = sub.add_parser(
         "bench", help="WER and time: main-only vs speculative (and peers), with an exactness check",
         description="Benchmark main-only against speculative decoding on one set of utterances, at each batch size "
-                    "(optionally int8), next to transformers' generate and faster-whisper where installed. Writes "
+                    "(optionally int8), next to transformers' generate, faster-whisper and whisper.cpp where installed. "
+                    "Writes "
                     "DIR/report.json, DIR/report.md and PNG plots; exits 1 if any greedy speculative output differs "
                     "from the main-only output.")
     bench.add_argument("source", metavar="SOURCE",

@@ -43,8 +43,9 @@ FAMILIES = {
 # main model, assistant: the pairs of the Hugging Face blog and its successors
 PAIRS = [("large-v2", "distil-large-v2"), ("large-v3", "distil-large-v3"), ("large-v3-turbo", "distil-large-v3"),
          ("large-v3", "distil-large-v3-seq2seq"), ("small.en", "distil-small.en")]
-DIMS = dict(d_model=64, encoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
-            decoder_ffn_dim=128, max_source_positions=1500, max_target_positions=448)
+# feed-forward 4x the width, as every Whisper (whisper.cpp reads no other)
+DIMS = dict(d_model=64, encoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=256,
+            decoder_ffn_dim=256, max_source_positions=1500, max_target_positions=448)
 
 
 def build_families(folder: Path) -> dict[str, Path]:
@@ -60,7 +61,8 @@ def build_families(folder: Path) -> dict[str, Path]:
 def _build(name: str, family: Family, path: Path, teacher: Path | None) -> Path:
     tokenizer, generation = _vocabulary(family.vocabulary)
     special = {k: generation[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")}
-    config = WhisperConfig(vocab_size=len(tokenizer["model"]["vocab"]) + len(tokenizer["added_tokens"]),
+    ids = [*tokenizer["model"]["vocab"].values(), *(token["id"] for token in tokenizer["added_tokens"])]
+    config = WhisperConfig(vocab_size=max(ids) + 1,  # <|endoftext|> is in both lists
                            num_mel_bins=family.mels, decoder_layers=family.decoder_layers, **DIMS, **special)
     torch.manual_seed(sum(map(ord, name)))
     model = (WhisperForCausalLM if family.causal else WhisperForConditionalGeneration)(config).eval()

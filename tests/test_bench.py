@@ -62,14 +62,14 @@ def utterances():
 
 @pytest.mark.slow
 def test_report_has_every_documented_field_and_passes_the_check(pair, utterances, tmp_path, capfd):
-    report = run_bench(pair, utterances, BenchOptions(batch_sizes=(1, 2), repeats=1, peers=("transformers", "faster-whisper")),
+    report = run_bench(pair, utterances, BenchOptions(batch_sizes=(1, 2), repeats=1),
                        progress=False)
     assert report["check"] == {"passed": True, "failures": []}
     assert "[transformers]" not in capfd.readouterr().err  # its per-call generate warnings say nothing here
     names = [c["name"] for c in report["configs"]]
     assert names == ["main b1", "speculative b1", "main b2", "speculative b2", "transformers b1", "transformers b2",
                      "transformers assisted b1", "faster-whisper b1", "faster-whisper int8 b1",
-                     "faster-whisper int8 b2"]
+                     "faster-whisper int8 b2", "whisper.cpp b1"]
     by_name = {c["name"]: c for c in report["configs"]}
     assert by_name["speculative b1"]["wer"] == by_name["main b1"]["wer"] is not None
     assert by_name["speculative b1"]["identical_fraction"] == 1.0
@@ -77,6 +77,7 @@ def test_report_has_every_documented_field_and_passes_the_check(pair, utterances
     assert by_name["transformers assisted b1"]["wer"] is not None
     # faster-whisper's batched pipeline writes what its one-by-one transcribe writes, utterance by utterance
     assert by_name["faster-whisper int8 b2"]["wer"] == by_name["faster-whisper int8 b1"]["wer"] is not None
+    assert by_name["whisper.cpp b1"]["wer"] < 0.2 and by_name["whisper.cpp b1"]["peak_memory_bytes"] > 100 * 2**20
     assert report["data"]["languages"] == ["de", "en"]
     per_language = by_name["speculative b1"]["by_language"]
     assert {language: f["utterances"] for language, f in per_language.items()} == {"de": 1, "en": 2}
@@ -246,27 +247,31 @@ def test_a_peer_that_cannot_run_is_left_out_with_its_reason(pair, utterances, tm
 
 
 @pytest.mark.slow
-def test_faster_whisper_writes_a_long_recording_at_batch_1_and_4(pair):
-    """The long-form peer of benchmarks/longform.py: its sequential transcribe (batch 1) and its
-    batched pipeline, which cuts at pauses (batch 4), each write the whole recording."""
+@pytest.mark.parametrize("name", ["faster-whisper", "whisper.cpp"])
+def test_a_peer_writes_a_long_recording_at_batch_1_and_4(pair, name, tmp_path):
+    """The long-form peers of benchmarks/longform.py: faster-whisper's sequential transcribe (batch 1)
+    and its batched pipeline, which cuts at pauses (batch 4), and whisper.cpp on the ggml file written
+    from our weights (one recording a call at any batch), each write the whole recording."""
     row = next(r for r in manifest() if r["set"] == "longform" and "TED" in r["path"])
-    peer = load_peers(pair, "base", ("faster-whisper",), Path("."), note=print)[0]["faster-whisper"]
+    peer = load_peers(pair, "base", (name,), tmp_path, note=print)[0][name]
     audio = load_audio(speech(row["path"]))
     for batch in (1, 4):
         text = peer.transcribe_long(audio, batch, int8=True, language="en")
         assert word_error_rate([row["text"]], [text], ["en"]) < 0.15, (batch, text)
+    peer.close()
 
 
 @pytest.mark.slow
-def test_faster_whisper_runs_in_a_process_of_its_own(pair, utterances):
-    """CTranslate2 computing in the benchmark's process slows torch there (faster_whisper_process):
-    the peer transcribes in a child process, and this process gains no CTranslate2 threads."""
+@pytest.mark.parametrize("name", ["faster-whisper", "whisper.cpp"])
+def test_a_peer_runs_in_a_process_of_its_own(pair, utterances, name, tmp_path):
+    """CTranslate2's or ggml's threads computing in the benchmark's process slow torch there
+    (peer_process): the peer transcribes in a child process, and this process gains no threads."""
     threads = len(list(Path("/proc/self/task").iterdir()))
-    peer = load_peers(pair, "base", ("faster-whisper",), Path("."), note=print)[0]["faster-whisper"]
+    peer = load_peers(pair, "base", (name,), tmp_path, note=print)[0][name]
     english = utterances[:2]
     for batch in (1, 2):
         tokens, texts = peer.run(english, batch, speculative=False, int8=True, task="transcribe", languages=["en"] * 2)
-        assert len(tokens) == 2 and all(tokens)
+        assert [pair.main.tokenizer.decode(t).strip() for t in tokens] == [text.strip() for text in texts]
         assert word_error_rate([u.text for u in english], texts, ["en"] * 2) < 0.2, texts
     assert len(list(Path("/proc/self/task").iterdir())) == threads
     assert peer.peak_memory_bytes > 100 * 2**20  # the child's own resident set: a model was loaded there

@@ -74,3 +74,50 @@ def test_each_family_decodes_as_transformers_generate(families, name):
         stamps = [(i, t) for i, t in enumerate(theirs) if t >= special.timestamp_begin]
         again = next((i for (_, before), (i, t) in zip(stamps, stamps[1:]) if t < before), len(theirs))
         assert ours[0].tokens[:again] == theirs[:again] and again >= 4, (name, timestamps)
+
+
+GGML_CHECK = """
+import json, sys
+import _pywhispercpp as whisper
+from whisper_spec.ggml import write_ggml
+from whisper_spec.load import load_model
+for folder, float16 in json.loads(sys.argv[1]):
+    path = write_ggml(folder, f"{folder}/ggml-{float16}.bin", float16=float16)
+    model = load_model(folder, int8=False)
+    special, tokenizer = model.special, model.tokenizer
+    context = whisper.whisper_init_from_file_with_params(str(path), whisper.whisper_context_default_params())
+    read = dict(vocabulary=whisper.whisper_n_vocab(context), mels=whisper.whisper_model_n_mels(context),
+                layers=(whisper.whisper_model_n_audio_layer(context), whisper.whisper_model_n_text_layer(context)),
+                multilingual=bool(whisper.whisper_is_multilingual(context)),
+                specials=[f(context) for f in (whisper.whisper_token_eot, whisper.whisper_token_sot,
+                          whisper.whisper_token_not, whisper.whisper_token_beg, whisper.whisper_token_prev)])
+    expected = dict(vocabulary=model.dims.n_vocab, mels=model.dims.n_mels,
+                    layers=(model.dims.n_audio_layer, model.dims.n_text_layer), multilingual=special.multilingual,
+                    specials=[special.eot, special.sot, special.no_timestamps, special.timestamp_begin, special.previous])
+    assert read == expected, (folder, read, expected)
+    texts = [(i, whisper.whisper_token_to_bytes(context, i)) for i in range(0, special.eot, 97)]
+    wrong = [i for i, text in texts if text.decode("utf-8", "replace") != tokenizer.decode([i])
+             and "\\ufffd" not in tokenizer.decode([i])]
+    assert not wrong, (folder, wrong[:5])
+    whisper.whisper_free(context)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_each_family_is_written_as_a_ggml_file_whisper_cpp_reads_with_our_vocabulary(families):
+    """whisper.cpp (pywhispercpp's build, in a process of its own: ggml's threads would stay in this
+    one) loads the file written from each seq2seq family, float16 and float32, checking every tensor's
+    name, shape and size as it reads: its vocabulary size, mel bins, layers and special-token ids are
+    ours (v3's one later from <|translate|> on; English-only ids), and its tokens' bytes are our tokenizer's."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("pywhispercpp")
+    built, _ = families
+    folders = [[str(built[name]), float16] for name, family in FAMILIES.items() if not family.causal
+               for float16 in (True, False)]
+    done = subprocess.run([sys.executable, "-c", GGML_CHECK, json.dumps(folders)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

@@ -186,7 +186,7 @@ class DistillOptions:
 class BenchOptions:
     batch_sizes: tuple[int, ...] = (1, 4)
     int8: bool = False  # add int8 configurations (main-only and speculative)
-    peers: tuple[str, ...] = ("transformers", "faster-whisper")  # those installed run too
+    peers: tuple[str, ...] = ("transformers", "faster-whisper", "whisper.cpp")  # those installed run too
     repeats: int = 3
     draft_tokens: int = DecodingOptions.draft_tokens
     draft_confidence: float = DecodingOptions.draft_confidence

@@ -1,18 +1,9 @@
-"""faster-whisper in a process of its own: the benchmarks' faster-whisper peer runs here.
-
-Why not in the benchmark's process: there, once CTranslate2 has computed, its idle threads slow
-every torch op for as long as its model lives, and faster-whisper would look faster than ours where
-it is not (decisions, "faster-whisper in a process of its own"). Each engine in its own process, as
-users run them, is the fair measurement.
-
-This module imports neither torch nor the rest of whisper_spec: the child process loads only
-faster-whisper. Requests and replies are pickled over a pipe (audio as float32 arrays: ~1 ms for a
-LibriSpeech clip, a few tenths of a percent of a long recording's transcription).
+"""faster-whisper, the engine of the benchmarks' faster-whisper peer, in a process of its own
+(peer_process: why, and the loop that answers the requests here).
 """
 
 from __future__ import annotations
 
-import resource
 import time
 
 import numpy as np
@@ -87,33 +78,13 @@ def _encoder_seconds(models: dict, features: np.ndarray, int8: bool) -> float:
     return time.perf_counter() - start
 
 
-_REQUESTS = {"clips": _clips, "long": _long, "long_timed": _long_timed, "encoder_seconds": _encoder_seconds}
+REQUESTS = {"clips": _clips, "long": _long, "long_timed": _long_timed, "encoder_seconds": _encoder_seconds}
 
 
-def serve(connection, ct2_dir: str, device: str, threads: int) -> None:
-    """The child's loop: load the float and int8 models, then answer (request, arguments) until
-    None or the parent's end, each with ("ok", result, peak resident bytes of this process) or ("error", message)."""
-    try:
-        from faster_whisper import WhisperModel
+def load(ct2_dir: str, device: str, threads: int) -> dict:
+    """The float and int8 models, by int8."""
+    from faster_whisper import WhisperModel
 
-        float_type = "float16" if device == "cuda" else "float32"
-        models = {int8: WhisperModel(ct2_dir, device=device, cpu_threads=threads,
-                                     compute_type="int8" if int8 else float_type) for int8 in (False, True)}
-    except Exception as error:  # noqa: BLE001 - reported to the parent, which raises it
-        connection.send(("error", f"{type(error).__name__}: {error}"))
-        return
-    connection.send(("ok", None, 0))
-    while True:
-        try:
-            request = connection.recv()
-        except EOFError:  # the parent ended without saying so
-            return
-        if request is None:
-            return
-        name, arguments = request
-        try:
-            result = _REQUESTS[name](models, **arguments)
-        except Exception as error:  # noqa: BLE001
-            connection.send(("error", f"{type(error).__name__}: {error}"))
-        else:
-            connection.send(("ok", result, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
+    float_type = "float16" if device == "cuda" else "float32"
+    return {int8: WhisperModel(ct2_dir, device=device, cpu_threads=threads, compute_type="int8" if int8 else float_type)
+            for int8 in (False, True)}

@@ -29,7 +29,7 @@ from .report import build_report
 @dataclass(frozen=True)
 class Config:
     name: str
-    engine: str  # whisper-spec, transformers, faster-whisper
+    engine: str  # whisper-spec, transformers, faster-whisper, whisper.cpp
     batch_size: int
     speculative: bool = False
     int8: bool = False
@@ -57,7 +57,7 @@ class Run:
 
 
 def _run_ours(pair: WhisperPair, utterances: list[Utterance], config: Config, options: BenchOptions):
-    # greedy alone, as the peers decode (_GREEDY in faster_whisper_process): the speed path, like for like
+    # greedy alone, as the peers decode (_GREEDY in faster_whisper_process and whisper_cpp_process): the speed path, like for like
     decoding = DecodingOptions(task=options.task, temperature=0.0, draft_tokens=options.draft_tokens,
                                draft_confidence=options.draft_confidence,
                                speculation=options.speculation if config.speculative else "off",
@@ -101,6 +101,8 @@ def plan_configs(pair: WhisperPair, options: BenchOptions, peers: dict) -> list[
         configs.append(Config("faster-whisper b1", "faster-whisper", 1))
         for b in options.batch_sizes:
             configs.append(Config(f"faster-whisper int8 b{b}", "faster-whisper", b, int8=True))
+    if "whisper.cpp" in peers:  # one clip a call (whisper_cpp_process)
+        configs.append(Config("whisper.cpp b1", "whisper.cpp", 1))
     return configs
 
 
@@ -205,7 +207,7 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
             run.peak_memory_bytes = max(run.peak_memory_bytes or 0, part.peak_memory_bytes)
     bar.close()
     for config in configs:
-        # a peer in a process of its own (faster-whisper): that process's peak, not this one's
+        # a peer in a process of its own: that process's peak, not this one's
         if config.engine in peers and peers[config.engine].peak_memory_bytes:
             runs[config.name].peak_memory_bytes = peers[config.engine].peak_memory_bytes
     return runs, configs, languages

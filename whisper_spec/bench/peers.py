@@ -1,9 +1,10 @@
 """The tools people would use instead, on the same weights: transformers' generate (and its
-assisted generation) and faster-whisper."""
+assisted generation), faster-whisper and whisper.cpp."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -90,21 +91,19 @@ class TransformersPeer:
         self.model = self.assistant = None
 
 
-class FasterWhisperPeer:
-    """faster-whisper (CTranslate2) on the same CTranslate2 model the main model was converted from:
-    its float model (float16 on CUDA, float32 on CPU) and its int8 one, in a process of its own
-    (faster_whisper_process: in ours, CTranslate2's threads slow torch down). Batch 1 is its
-    `transcribe`; a larger batch is its batched pipeline."""
+class PeerProcess:
+    """The parent's end of a peer engine running in a process of its own (peer_process.serve)."""
 
-    def __init__(self, ct2_dir: Path, device: torch.device):
+    name = ""
+
+    def __init__(self, engine: str, settings: dict, device: torch.device):
         import multiprocessing
 
-        from . import faster_whisper_process
+        from . import peer_process
 
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch, no threads of ours
         self._connection, child = context.Pipe()
-        self._process = context.Process(target=faster_whisper_process.serve, daemon=True,
-                                        args=(child, str(ct2_dir), device_type(device), torch.get_num_threads()))
+        self._process = context.Process(target=peer_process.serve, daemon=True, args=(child, engine, settings))
         self._process.start()
         child.close()
         self._cpu = not counts_allocator_memory(device)
@@ -115,9 +114,9 @@ class FasterWhisperPeer:
         try:
             reply = self._connection.recv()
         except EOFError:
-            raise RuntimeError(f"the faster-whisper process ended (exit code {self._process.exitcode})") from None
+            raise RuntimeError(f"the {self.name} process ended (exit code {self._process.exitcode})") from None
         if reply[0] == "error":
-            raise RuntimeError(f"faster-whisper: {reply[1]}")
+            raise RuntimeError(f"{self.name}: {reply[1]}")
         _, result, peak = reply
         if self._cpu:
             self.peak_memory_bytes = peak
@@ -129,14 +128,33 @@ class FasterWhisperPeer:
 
     def run(self, utterances: list[Utterance], batch_size: int, *, speculative: bool, int8: bool, task: str,
             languages: list[str], prompt: str | None = None):
-        """Tokens and texts of the utterances (speculative: not offered by this peer)."""
+        """Tokens and texts of the utterances (speculative: not offered by the peers)."""
         groups = [[(utterances[i].audio, utterances[i].seconds, languages[i]) for i in rows]
                   for rows in batches(len(utterances), batch_size)]
         return self._request("clips", groups=groups, batch_size=batch_size, int8=int8, task=task, prompt=prompt)
 
-    def transcribe_long(self, audio: np.ndarray, batch_size: int, *, int8: bool, language: str) -> str:
-        """A long recording's text as faster-whisper writes it (faster_whisper_process._long)."""
+    def transcribe_long(self, audio: np.ndarray, batch_size: int, *, int8: bool, language: str | None) -> str:
+        """A long recording's text as the peer writes it (its engine's _long)."""
         return self._request("long", audio=audio, batch_size=batch_size, int8=int8, language=language)
+
+    def close(self) -> None:
+        if self._process.is_alive():
+            self._connection.send(None)
+            self._process.join(timeout=30)
+        self._connection.close()
+
+
+class FasterWhisperPeer(PeerProcess):
+    """faster-whisper (CTranslate2) on the same CTranslate2 model the main model was converted from:
+    its float model (float16 on CUDA, float32 on CPU) and its int8 one (faster_whisper_process).
+    Batch 1 is its `transcribe`; a larger batch is its batched pipeline."""
+
+    name = "faster-whisper"
+    long_precision = "int8"  # its precision in the long-form benchmark
+
+    def __init__(self, ct2_dir: Path, device: torch.device):
+        super().__init__("whisper_spec.bench.faster_whisper_process",
+                         dict(ct2_dir=str(ct2_dir), device=device_type(device), threads=torch.get_num_threads()), device)
 
     def transcribe_long_timed(self, audio: np.ndarray, batch_size: int, *, int8: bool, language: str | None,
                               multilingual: bool = False) -> dict:
@@ -148,11 +166,21 @@ class FasterWhisperPeer:
         """Seconds of CTranslate2's encoder on log-mel features [batch, n_mels, 3000], timed in its process."""
         return self._request("encoder_seconds", features=features, int8=int8)
 
-    def close(self) -> None:
-        if self._process.is_alive():
-            self._connection.send(None)
-            self._process.join(timeout=30)
-        self._connection.close()
+
+class WhisperCppPeer(PeerProcess):
+    """whisper.cpp (pywhispercpp's build) on a ggml file written from the main model's own weights
+    (whisper_spec.ggml, float16 matrices as whisper.cpp's own files), on CPU with our thread count
+    (whisper_cpp_process). One recording a call: it has no batch of recordings."""
+
+    name = "whisper.cpp"
+    long_precision = "float16"
+
+    def __init__(self, model_dir: Path, workdir: Path):
+        from ..ggml import write_ggml
+
+        ggml = write_ggml(model_dir, workdir / "ggml-model-f16.bin")
+        super().__init__("whisper_spec.bench.whisper_cpp_process",
+                         dict(ggml_path=str(ggml), threads=torch.get_num_threads()), torch.device("cpu"))
 
 
 def load_peers(pair: WhisperPair, model: str, wanted: tuple[str, ...], workdir: Path, note) -> tuple[dict, dict]:
@@ -161,19 +189,26 @@ def load_peers(pair: WhisperPair, model: str, wanted: tuple[str, ...], workdir: 
     if "transformers" in wanted:
         peers["transformers"] = TransformersPeer(pair, workdir)
     if "faster-whisper" in wanted:
-        try:
-            import faster_whisper  # noqa: F401
-        except ImportError:
+        source = ct2_source(model)
+        if importlib.util.find_spec("faster_whisper") is None:
             left_out["faster-whisper"] = "not installed (pip install faster-whisper)"
+        elif source is None:
+            left_out["faster-whisper"] = f"{model} did not come from a CTranslate2 model"
         else:
-            source = ct2_source(model)
-            if source is None:
-                left_out["faster-whisper"] = f"{model} did not come from a CTranslate2 model"
-            else:
-                try:
-                    peers["faster-whisper"] = FasterWhisperPeer(source, pair.device)
-                except RuntimeError as error:  # its models would not load here (a GPU without the CUDA libraries it needs)
-                    left_out["faster-whisper"] = str(error)
+            try:
+                peers["faster-whisper"] = FasterWhisperPeer(source, pair.device)
+            except RuntimeError as error:  # its models would not load here (a GPU without the CUDA libraries it needs)
+                left_out["faster-whisper"] = str(error)
+    if "whisper.cpp" in wanted:
+        if pair.device.type != "cpu":
+            left_out["whisper.cpp"] = "runs on CPU here (pywhispercpp's wheel is a CPU build)"
+        elif importlib.util.find_spec("pywhispercpp") is None:
+            left_out["whisper.cpp"] = "not installed (pip install pywhispercpp)"
+        else:
+            try:
+                peers["whisper.cpp"] = WhisperCppPeer(pair.main.path, workdir)
+            except (RuntimeError, ValueError) as error:  # a checkpoint it cannot take (no encoder of its own)
+                left_out["whisper.cpp"] = str(error)
     for name, reason in left_out.items():
         note(f"{name} is left out: {reason}")
     return peers, left_out

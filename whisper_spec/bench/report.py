@@ -197,7 +197,8 @@ def plot_report(report: dict, output_dir: Path) -> list[Path]:
     output_dir.mkdir(parents=True, exist_ok=True)
     configs = report["configs"]
     fig, ax = plt.subplots(figsize=(max(6, len(configs) * 0.8), 4))
-    colors = {"whisper-spec": "tab:blue", "transformers": "tab:orange", "faster-whisper": "tab:green"}
+    colors = {"whisper-spec": "tab:blue", "transformers": "tab:orange", "faster-whisper": "tab:green",
+              "whisper.cpp": "tab:red"}
     bars = ax.bar(range(len(configs)), [c["total_seconds"] for c in configs],
                   color=[colors[c["engine"]] if not c["speculative"] else "tab:purple" for c in configs])
     for bar, c in zip(bars, configs):
