@@ -67,10 +67,15 @@ def long_recordings(name: str, folder: Path) -> tuple[list[dict], list[Path]]:
     es, fr, pt, en) joined end to end, half a second of silence between them, written to folder, the
     clips' texts joined. "tts": the synthetic long recordings (`unlabeled_tts`, de, en, es, fr, pt, 4-7
     min each), with the texts they read: the main model's long-form WER only, never an assistant's
-    acceptance (an assistant may be trained on them; speech/README.md)."""
+    acceptance (an assistant may be trained on them; speech/README.md). "voxpopuli": VoxPopuli's English
+    test clip with its normalized transcript and the five 120 s cuts of French plenary audio (no
+    transcripts)."""
     rows = manifest_rows()
     if name == "longform":
         files = [r | {"language": "en"} for r in rows if r["set"] in ("longform", "unlabeled_longform")]
+        return files, [SPEECH / r["path"] for r in files]
+    if name == "voxpopuli":
+        files = [r for r in rows if r["set"] in ("voxpopuli_en", "voxpopuli_fr_unlabeled")]
         return files, [SPEECH / r["path"] for r in files]
     if name == "tts":
         files = [r | {"text": (SPEECH / r["text_file"]).read_text()} for r in rows if r["set"] == "unlabeled_tts"]

@@ -2,8 +2,10 @@
 
 Runs the pipeline over the shared long-form files (7 LibriSpeech test-other chapters, a TED excerpt,
 the 128 s mp3) with the int8 decoders (the CPU default; --precisions int8,float32 adds float32), each
-mode main-only and speculative, beside faster-whisper int8 where installed (its sequential
-`transcribe` at batch 1, its batched pipeline, which cuts at VAD pauses too, above). Per configuration:
+mode main-only and speculative, beside the peers where installed: faster-whisper int8 (its sequential
+`transcribe` at batch 1, its batched pipeline, which cuts at VAD pauses too, above) and whisper.cpp on a
+ggml file of the same weights (float16, whisper.cpp's own files' precision; window after window at
+any batch size), each in a process of its own with our thread count. Per configuration:
 seconds, real-time factor, WER (Whisper's English normalizer with the spelling table), windows and
 seconds of audio decoded against the recordings' length, and per file how far the last segment ends
 after the last speech (the last 10 ms with a sample above -34 dBFS). The configurations take turns
@@ -17,6 +19,8 @@ starts and ends (benchmarks/_common.py), against the clips transcribed one by on
 of silence between them, in their language.
 --set tts: the 10 synthetic long recordings (de, en, es, fr, pt, 4-7 min each) against the texts they
 read; no acceptance reported (an assistant may be trained on them).
+--set voxpopuli: VoxPopuli's English test clip (69 s, WER against its normalized transcript) and 10
+minutes of raw French plenary audio in five 120 s cuts (no transcripts: seconds and identity only).
 --detect-language: the files' languages detected (the command line's default; a long file's on its
 first chunk, more where that is unclear) rather than given, by us and faster-whisper alike.
 WER comes with its word errors by kind (substitutions, deletions, insertions): what a rule about a
@@ -61,8 +65,9 @@ def main() -> int:
     parser.add_argument("--assistant", default=None, help="default: the model's distilled assistant")
     parser.add_argument("--batch-sizes", default="1,4")
     parser.add_argument("--precisions", default="int8", help="decoder precisions: int8, float32 or both")
-    parser.add_argument("--peers", default="faster-whisper", help="faster-whisper or none")
-    parser.add_argument("--set", dest="recordings", choices=("longform", "joined", "fleurs", "tts"), default="longform")
+    parser.add_argument("--peers", default="faster-whisper,whisper.cpp", help="faster-whisper, whisper.cpp, both or none")
+    parser.add_argument("--set", dest="recordings", choices=("longform", "joined", "fleurs", "tts", "voxpopuli"),
+                        default="longform")
     parser.add_argument("--modes", default="vad,sequential", help="ways of cutting: vad (speech chunks), sequential or both")
     parser.add_argument("--speculation", choices=("auto", "on"), default="auto",
                         help="when speculative configurations draft (DecodingOptions.speculation)")
@@ -93,7 +98,8 @@ def main() -> int:
     for precision in args.precisions.split(","):
         int8, dtype = default_precision(cpu, precision == "int8")
         pairs[precision] = load_pair(args.model, assistant, int8=int8, dtype=dtype)
-    peers, _ = load_peers(next(iter(pairs.values())), args.model, tuple(args.peers.split(",")), Path("."), note=print)
+    peers, _ = load_peers(next(iter(pairs.values())), args.model, tuple(args.peers.split(",")), Path(workdir.name),
+                          note=print)
     options = DecodingOptions(speculation=args.speculation)
     audio_seconds = sum(r["duration_s"] for r in files)
     shortest = paths[min(range(len(files)), key=lambda i: files[i]["duration_s"])]
@@ -118,7 +124,7 @@ def main() -> int:
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
         runs = {f"{mode} {kind} {precision}": ours(mode, precision, kind == "speculative", batch)
                 for mode in modes for precision in pairs for kind in ("main-only", "speculative")}
-        runs.update({f"{name} int8": peer(name, batch) for name in peers})
+        runs.update({f"{name} {engine.long_precision}": peer(name, batch) for name, engine in peers.items()})
         for run in runs.values():
             run(shortest)  # warm-up: first calls, faster-whisper's VAD model
         seconds = dict.fromkeys(runs, 0.0)

@@ -419,3 +419,28 @@ def test_maintained_benchmarks_run_in_their_dry_mode(script, tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(output.read_text())
     assert report["machine"] and report[MAINTAINED[script]], f"{script}: {sorted(report)}"
+
+
+def test_a_dataset_in_voxpopulis_schema_loads_from_its_repository_files(tmp_path):
+    """The hub path (`whisper-spec bench facebook/voxpopuli --config en --split test`) offline: a
+    dataset built here in VoxPopuli's schema (audio bytes, raw and normalized text, a language class
+    index, ...) from the shared English clip, as its repository's Parquet files with a config per
+    language. The normalized text is the reference, the config the language, audio_id the name."""
+    import datasets
+
+    row = next(r for r in manifest() if r["set"] == "voxpopuli_en")
+    clip = speech(row["path"])
+    columns = {"audio_id": ["20180418-0900-PLENARY-3-en_20180418-08:50:23_5"], "language": [0],
+               "audio": [{"bytes": clip.read_bytes(), "path": clip.name}], "raw_text": ["Trade. Already ..."],
+               "normalized_text": [row["text"]], "gender": ["male"], "speaker_id": ["4542"],
+               "is_gold_transcript": [True], "accent": ["None"]}
+    folder = tmp_path / "voxpopuli"
+    (folder / "en" / "test").mkdir(parents=True)
+    table = datasets.Dataset.from_dict(columns).cast_column("audio", datasets.Audio(sampling_rate=16000, decode=False))
+    table.to_parquet(str(folder / "en" / "test" / "0000.parquet"))
+    (folder / "README.md").write_text("---\nconfigs:\n- config_name: en\n  data_files:\n  - split: test\n"
+                                      "    path: en/test/*.parquet\n---\n")
+    for limit in (None, 1):  # read whole, and streamed
+        (utterance,) = load_utterances(str(folder), config="en", split="test", limit=limit)
+        assert (utterance.id, utterance.text, utterance.language) == (columns["audio_id"][0], row["text"], "en")
+        np.testing.assert_array_equal(utterance.audio, load_audio(clip))

@@ -39,7 +39,8 @@ def _decode_bytes(data: bytes, name: str) -> np.ndarray:
 def load_utterances(source: str, *, config: str | None = None, split: str = "test", sets: list[str] | None = None,
                     limit: int | None = None, language: str | None = None) -> list[Utterance]:
     """Utterances from a JSON-lines manifest (path, text, language; filtered by `set`), an audio
-    folder or glob (no references), or a Hugging Face dataset id with config and split."""
+    folder or glob (no references), or a Hugging Face dataset with config and split: its hub id, or a
+    folder of its repository's files (Parquet, as `huggingface-cli download --repo-type dataset` writes it)."""
     path = Path(source)
     if not path.exists() and (source.startswith((".", "/", "~")) or path.suffix):
         raise ValueError(f"{source}: no such file or folder")
@@ -50,6 +51,8 @@ def load_utterances(source: str, *, config: str | None = None, split: str = "tes
         rows = rows[:limit] if limit else rows
         return [Utterance(r.get("utt_id") or r["path"], load_audio(path.parent / r["path"]), r.get("text"),
                           language or r.get("language")) for r in rows]
+    if path.is_dir() and any(path.rglob("*.parquet")):  # a dataset repository's files, as the hub holds them
+        return _hub_utterances(source, config, split, limit, language)
     if path.is_dir() or any(c in source for c in "*?["):
         jobs = collect_jobs(source)[:limit] if limit else collect_jobs(source)
         return [Utterance(job.name, load_audio(job.path), None, language) for job in jobs]
@@ -86,10 +89,17 @@ def _offline():
 def _hub_utterances(dataset_id: str, config: str | None, split: str, limit: int | None, language: str | None):
     import datasets
 
-    online = hub_reachable()
+    online = Path(dataset_id).is_dir() or hub_reachable()
     try:
         with contextlib.nullcontext() if online else _offline():
-            data = datasets.load_dataset(dataset_id, config, split=split, streaming=limit is not None)
+            try:
+                data = datasets.load_dataset(dataset_id, config, split=split, streaming=limit is not None)
+            except RuntimeError as error:
+                if "scripts are no longer supported" not in str(error):
+                    raise
+                # datasets >= 4 runs no loading script (facebook/voxpopuli has one): the hub's Parquet export
+                data = datasets.load_dataset(dataset_id, config, split=split, streaming=limit is not None,
+                                             revision="refs/convert/parquet")
     except Exception as error:  # noqa: BLE001 - any hub or network failure: one clear line
         reason = str(error).splitlines()[0] if online else "the Hugging Face hub is not reachable and the dataset is not cached"
         raise ValueError(f"{dataset_id}: cannot load the dataset ({reason})") from None
@@ -105,7 +115,9 @@ def _hub_utterances(dataset_id: str, config: str | None, split: str, limit: int 
         else:
             samples = load_audio(audio["path"])
         text = next((row[k] for k in ("text", "normalized_text", "sentence", "raw_text", "transcription") if k in row), None)
-        out.append(Utterance(str(row.get("id", i)), samples, text, language or row.get("language")))
+        name = next((row[k] for k in ("id", "audio_id") if row.get(k) is not None), i)
+        spoken = row.get("language") if isinstance(row.get("language"), str) else None  # VoxPopuli's is a class index
+        out.append(Utterance(str(name), samples, text, language or spoken))
     return out
 
 

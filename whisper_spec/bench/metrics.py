@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import os
 import platform
@@ -152,5 +153,9 @@ def machine_info(device: torch.device) -> dict:
 
         info["faster_whisper"], info["ctranslate2"] = faster_whisper.__version__, ctranslate2.__version__
     except ImportError:
+        pass
+    try:
+        info["pywhispercpp"] = importlib.metadata.version("pywhispercpp")  # its version names the whisper.cpp it bundles
+    except importlib.metadata.PackageNotFoundError:
         pass
     return info
