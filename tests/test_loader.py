@@ -177,6 +177,7 @@ def test_alignment_heads_naming_layers_the_decoder_lacks_are_dropped(tmp_path):
         assert words and "".join(w.word for w in words).strip() == result.text
 
 
+@pytest.mark.slow
 def test_the_python_api_chooses_threads_as_the_command_line_does_once_per_process():
     """In a process of its own (torch's threads are the process's): load_pair sets the idle cores
     on its first load where no count is given, a given count wins, and a later load without one keeps it."""

@@ -182,6 +182,12 @@ def test_errors_are_one_line_and_name_the_flag_or_the_path(capsys, args, message
     assert err.count("\n") == 1 and message in err, err  # no note before it ("no distilled assistant ...")
 
 
+def test_a_peer_bench_does_not_know_is_named_before_any_work(capsys):
+    code, out, err = run(capsys, "bench", "clips.jsonl", "--peers", "faster-whisper,whispercpp")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--peers: no peer named 'whispercpp' (choose from transformers, faster-whisper, whisper.cpp, or none)" in err
+
+
 def test_language_names_are_taken_like_codes(capsys):
     german = speech("multilingual/de/thorsten_1386ecbb98a8f46dd0b0eb75d68ee0d0.flac")
     by_name = run(capsys, "transcribe", german, "-l", "German", "-f", "json", "-q")

@@ -182,11 +182,14 @@ class DistillOptions:
             raise ValueError(f"tasks must be one or both of {', '.join(TASKS)}, not {','.join(self.tasks)}")
 
 
+PEERS = ("transformers", "faster-whisper", "whisper.cpp")  # bench.peers
+
+
 @dataclass(frozen=True)
 class BenchOptions:
     batch_sizes: tuple[int, ...] = (1, 4)
     int8: bool = False  # add int8 configurations (main-only and speculative)
-    peers: tuple[str, ...] = ("transformers", "faster-whisper", "whisper.cpp")  # those installed run too
+    peers: tuple[str, ...] = PEERS  # those installed run too
     repeats: int = 3
     draft_tokens: int = DecodingOptions.draft_tokens
     draft_confidence: float = DecodingOptions.draft_confidence
@@ -195,6 +198,11 @@ class BenchOptions:
     prompt: str | None = None  # before every utterance (DecodingOptions.prompt), ours and the peers' alike
     cuda_graphs: bool = DecodingOptions.cuda_graphs
     compile: bool = False  # also time compiled configurations (DecodingOptions.compile)
+
+    def __post_init__(self):
+        unknown = [peer for peer in self.peers if peer not in PEERS]
+        if unknown:
+            raise ValueError(f"peers: no peer named {unknown[0]!r} (choose from {', '.join(PEERS)}, or none)")
 
 
 OUTPUT_FORMATS = ("txt", "json", "srt", "vtt", "tsv")  # writers.RENDERERS
