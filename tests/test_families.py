@@ -1,7 +1,8 @@
 """The checkpoint families users bring, as random-weight copies at tiny dimensions (tests/families.py):
 each pair loads (shared or own encoder as its layout says), decodes a long recording with timestamps and
 word timestamps speculatively to exactly what the main model alone writes, and its decoder prompt and
-greedy tokens are transformers' `generate`'s for the same checkpoint."""
+greedy tokens are transformers' `generate`'s for the same checkpoint. Tiny random models: the fast tier
+(so the AVX2 pass of CI runs them too), but for whisper.cpp's reading of them."""
 
 import pytest
 import soundfile
@@ -29,7 +30,6 @@ def families(tmp_path_factory):
     return built, folder / "long.wav"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("main, assistant", PAIRS)
 def test_each_pair_decodes_a_long_recording_speculatively_as_its_main_model_alone(families, main, assistant):
     built, recording = families
@@ -48,7 +48,6 @@ def test_each_pair_decodes_a_long_recording_speculatively_as_its_main_model_alon
         assert mine.words
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", [name for name, family in FAMILIES.items() if not family.causal])
 def test_each_family_decodes_as_transformers_generate(families, name):
     """The greedy tokens after the decoder prompt (v3's ids one later from <|translate|> on; no language
