@@ -14,7 +14,6 @@ embeddings stay float32 in a float16 file.
 from __future__ import annotations
 
 import json
-import re
 import struct
 from pathlib import Path
 
@@ -29,7 +28,7 @@ GGML_MAGIC = 0x67676D6C
 _FLOAT32_NAMES = ("encoder.conv1.bias", "encoder.conv2.bias", "encoder.positional_embedding",
                   "decoder.positional_embedding")
 # our names -> openai-whisper's, where they differ (our fused projections are split in _openai_state)
-_RENAMES = ((r"\.mlp\.fc1\.", ".mlp.0."), (r"\.mlp\.fc2\.", ".mlp.2."), (r"\.cross_attn\.q\.", ".cross_attn.query."))
+_RENAMES = ((".mlp.fc1.", ".mlp.0."), (".mlp.fc2.", ".mlp.2."), (".cross_attn.q.", ".cross_attn.query."))
 _SPLITS = {"attn.qkv": ("query", "key", "value"), "cross_attn.kv": ("key", "value")}
 
 
@@ -41,14 +40,14 @@ def _openai_state(checkpoint: Checkpoint, dims) -> dict[str, torch.Tensor]:
             block, _, kind = name.rpartition(".")
             fused = next((f for f in _SPLITS if block.endswith(f)), None)
             if fused is None:
-                for pattern, replacement in _RENAMES:
-                    name = re.sub(pattern, replacement, f".{name}")[1:]
+                for ours, theirs in _RENAMES:
+                    name = name.replace(ours, theirs)
                 state[f"{part}.{name}"] = tensor
-                continue
-            prefix = block.removesuffix(fused.split(".")[-1])
-            for letter, piece in zip(_SPLITS[fused], tensor.chunk(len(_SPLITS[fused]))):
-                if not (letter == "key" and kind == "bias"):
-                    state[f"{part}.{prefix}{letter}.{kind}"] = piece
+            else:
+                prefix = block.removesuffix(fused.rpartition(".")[2])
+                for letter, piece in zip(_SPLITS[fused], tensor.chunk(len(_SPLITS[fused]))):
+                    if not (letter == "key" and kind == "bias"):
+                        state[f"{part}.{prefix}{letter}.{kind}"] = piece
     return state
 
 
