@@ -8,7 +8,7 @@ from conftest import main_alone, perturbed_decoder, random_model
 from whisper_spec.decoding import decode_windows
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
-from whisper_spec.speculative import hint_continuation
+from whisper_spec.speculative import HINT_SHIFT, hint_continuation, hint_text
 
 CPU = torch.device("cpu")
 
@@ -24,6 +24,34 @@ def test_a_hint_continues_where_the_text_meets_it():
     assert hint_continuation(hint, [30, 31], 3) == []  # nowhere in it
     # of two occurrences, the one nearest to where the text ends
     assert hint_continuation((5, 6, 1, 5, 6, 2, 5, 6, 3), [9, 9, 9, 9, 5, 6], 1) == [2]
+    # an occurrence further than HINT_SHIFT from where the text ends is a common pair recurring, not a shift
+    far = [9] * (HINT_SHIFT + 3) + [5, 6]
+    assert hint_continuation((5, 6, 1, *[8] * (HINT_SHIFT + 3)), far, 1) == []
+    assert hint_continuation((*[8] * (HINT_SHIFT + 3), 5, 6, 1), far, 1) == [1]
+
+
+def test_a_hints_closing_timestamps_are_left_to_the_assistant():
+    """A live stream's last hypothesis closes its last segment where that buffer ended; the next buffer
+    goes on, so the hint's text is drafted and the assistant drafts what follows it."""
+    assert hint_text((1, 2, 60, 3, 61, 62), timestamp_begin=59) == (1, 2, 60, 3)
+    assert hint_text((1, 2), timestamp_begin=59) == (1, 2)
+    assert hint_text((60,), timestamp_begin=59) == ()
+
+
+def test_past_its_hint_a_row_drafts_from_the_assistant_in_the_same_round():
+    """The hint (all but a row's last tokens) and the assistant's drafts after it are verified in one
+    pass: with an assistant that always agrees, fewer passes than the hint followed by EOT alone."""
+    main = random_model(0, eot_bias=0.25)
+    pair = WhisperPair(main, perturbed_decoder(main, 0.0, seed=1), CPU, torch.float32)
+    torch.manual_seed(4)
+    mel = torch.randn(3, 80, 3000)
+    options = DecodingOptions(language="en", speculation="on", draft_tokens=4)
+    main_only, _ = decode_windows(pair, mel, main_alone(options))
+    hints = [r.tokens[:-3] for r in main_only]
+    together, _ = decode_windows(pair, mel, options, hints=hints)
+    hint_alone, _ = decode_windows(WhisperPair(main, None, CPU, torch.float32), mel, options, hints=hints)
+    assert [r.tokens for r in together] == [r.tokens for r in hint_alone] == [r.tokens for r in main_only]
+    assert all(t.stats.main_forwards < h.stats.main_forwards for t, h in zip(together, hint_alone))
 
 
 @pytest.fixture(scope="module")

@@ -180,6 +180,24 @@ def test_int8_kernel_calls_of_at_most_four_rows_give_each_row_its_one_row_result
     assert KERNEL_ROW_BLOCK < len(x)
 
 
+@pytest.mark.slow
+@torch.inference_mode()
+def test_an_assistants_own_wide_calls_take_a_float_gemm_and_the_main_models_never(int8_pair):
+    """A round's first assistant step reads a prompt or a hint at once: its own linears run such calls
+    through a float GEMM on the dequantized weight (near the fused kernel's result); the linears it
+    shares with the main model (cross-attention keys and values, the output rows) and all of the main
+    model's stay on the row-invariant kernel, so verification stays exact."""
+    main_linears = [m for m in int8_pair.main.decoder.modules() if isinstance(m, Int8Linear)]
+    shared = {id(m) for m in main_linears}
+    own = [m for m in int8_pair.assistant.decoder.modules() if isinstance(m, Int8Linear) and id(m) not in shared]
+    assert own and all(m.dense_rows == platform.ASSISTANT_DENSE_ROWS for m in own)
+    assert all(m.dense_rows is None for m in main_linears)
+    fc1 = int8_pair.assistant.decoder.blocks[0].mlp.fc1
+    x = torch.randn(platform.ASSISTANT_DENSE_ROWS, fc1.in_features, dtype=torch.bfloat16)
+    fused = int8pack_mm(x, fc1.weight, fc1.scales.to(x.dtype), KERNEL_ROW_BLOCK) + fc1.bias.to(x.dtype)
+    assert not torch.equal(fc1(x), fused) and _relative_error(fc1(x), fused) < 0.01
+
+
 @torch.inference_mode()
 def test_row_int8_kernel_gives_each_row_its_one_row_result_and_stays_near_float():
     """The output projection's kernel (int8 activations per row, fixed quantization): a row's

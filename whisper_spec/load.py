@@ -47,6 +47,7 @@ from .platform import (
     dynamic_int8_runs,
     int8_assistant_in_bfloat16,
     prepare,
+    prepare_assistant,
     use_threads,
 )
 from .quantize import (
@@ -289,6 +290,7 @@ def load_distilled(path: Path, main: Whisper, dtype, device, int8: bool = False)
     decoder.requires_grad_(False)
     share_main_modules(decoder, main.decoder, sources, draft_vocab, int8)
     prepare(decoder, torch.device(device))
+    prepare_assistant(decoder, main.decoder, torch.device(device))
     left = [n for n, t in decoder.state_dict().items() if t.is_meta]
     if left:
         raise ValueError(f"{path}: weights missing from model.safetensors: {left[:5]}")

@@ -292,6 +292,21 @@ def prepare(module: nn.Module, device: torch.device) -> None:
             part.one_window_a_call = cpu
 
 
+# an assistant's calls of this many rows or more (a round's first step reads the tokens since its cache
+# last did: a prompt, a hint) through a float GEMM on the dequantized weight (Int8Linear.many_rows): on
+# CPU the fused kernel runs them in blocks of KERNEL_ROW_BLOCK rows at about a third of that GEMM's speed
+ASSISTANT_DENSE_ROWS = 16
+
+
+def prepare_assistant(decoder: Decoder, main: Decoder, device: torch.device) -> None:
+    """An assistant's own int8 linears (not those it shares with main, whose results must not depend
+    on a call's width) take wide calls through a float GEMM on CPU: its drafts need not be exact."""
+    shared = {id(module) for module in main.modules()}
+    for linear in decoder.modules():
+        if isinstance(linear, Int8Linear) and id(linear) not in shared:
+            linear.dense_rows = ASSISTANT_DENSE_ROWS if device.type == "cpu" else None
+
+
 @functools.cache
 def flash_attention_runs(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether flash attention's kernel runs on this (non-CPU) device in dtype (half precision on

@@ -145,6 +145,9 @@ class Int8Linear(nn.Module):
         # will see, and the most rows a fused-kernel call takes (None: any)
         self.kernels: dict[torch.dtype, str] = {}
         self.row_block: int | None = None
+        # calls of at least this many rows through many_rows (None: never): set for an assistant's own
+        # linears, whose drafts need not be exact (platform.prepare_assistant)
+        self.dense_rows: int | None = None
 
     def kernel(self, x: Tensor) -> str:
         """Which int8 matmul forward runs for x. A compiled draft step (torch.compile traces no packed
@@ -159,6 +162,8 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x = x.reshape(-1, self.in_features)
+        if self.dense_rows is not None and len(x) >= self.dense_rows and not torch.compiler.is_compiling():
+            return self.many_rows(x).reshape(*shape[:-1], self.out_features)
         kernel = self.kernel(x)
         scales = cast(self.scales, x.dtype)
         if kernel == "row_int8":

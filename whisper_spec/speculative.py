@@ -165,20 +165,23 @@ def speculative_decode(context: Context, state: State, stats: DecodingStats) -> 
         context.caches.keep(active)
         k = int(state.draft_length[active].max()) if context.drafts else 0
         proposals = hint_proposals(context, state) if context.hints is not None else {}
-        if proposals and len(proposals) == int(active.sum()):
-            k = 0  # every row drafts from its hint: no assistant step this round
-        round_drafts, k = timed_part(timing, "draft", draft, context, state, k, stats)
+        if proposals and len(proposals) == int(active.sum()) and all(ended for _, ended in proposals.values()):
+            k = 0  # every row drafts its hint to the end: no assistant step this round
+        hinted = hinted_tokens(state, proposals)
+        assistant_drafts, k = timed_part(timing, "draft", draft, context, state, k, stats, hinted)
         assistant_steps = k
-        if proposals:
-            round_drafts, k = hinted_drafts(state, proposals, round_drafts, k)
+        round_drafts, k = hinted_drafts(context, state, proposals, hinted, assistant_drafts) if proposals else (
+            assistant_drafts, k)
         logits, scored, features = timed_part(timing, "verify", verify, context, state, k, round_drafts, stats)
         if context.judges_silence and state.no_speech is None:
             read_no_speech(context, state, first_after_sot(context, state, features, k))
         n_accepted, next_token = accept(context, state, k, round_drafts, logits, scored)
         logprobs = token_logprobs(state, k, logits, scored, n_accepted, next_token) if state.sums_logprobs else None
-        # a hint's drafts say nothing of how far the assistant's would be right: no adapting after them
-        advance(context, state, k, round_drafts, n_accepted, next_token, adapt=context.drafts and not proposals,
-                logprobs=logprobs, assistant_steps=assistant_steps)
+        # a hint's drafts say nothing of how far the assistant's would be right: a row adapts only where
+        # its assistant's drafts were reached
+        adapt = (n_accepted >= hinted) & (round_drafts > hinted) if proposals else context.drafts
+        advance(context, state, k, round_drafts, n_accepted, next_token, adapt=adapt, logprobs=logprobs,
+                assistant_steps=assistant_steps)
 
 
 def prefill(context: Context, state: State, stats: DecodingStats, features=None) -> None:
@@ -239,9 +242,11 @@ def read_no_speech(context: Context, state: State, after_sot: Tensor) -> None:
                                                   and bool((state.no_speech > options.no_speech_threshold).any()))
 
 
-def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple[Tensor, int]:
-    """Up to k drafts per row from the assistant, written after the row's accepted tokens; in
-    sampling, drawn at the uniform numbers the main model's tokens will be (sample_tokens).
+def draft(context: Context, state: State, k: int, stats: DecodingStats, hinted: Tensor | None = None
+          ) -> tuple[Tensor, int]:
+    """Up to k drafts per row from the assistant, written after the row's accepted tokens and the
+    `hinted` tokens already written after them (hinted_tokens: a hint's, which its first step reads);
+    in sampling, drawn at the uniform numbers the main model's tokens will be (sample_tokens).
 
     A row unsure of a draft stops there: its later drafts would mostly be rejected, yet cost a
     step and a verified position. Returns each row's drafts this round and the round's k (lower
@@ -251,8 +256,10 @@ def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple
     rows = torch.arange(len(tokens), device=tokens.device)
     draft_vocab = assistant.decoder.draft_vocab if assistant is not None else None
     round_drafts = state.draft_length.clamp(max=k)
+    start = state.length if hinted is None else state.length + hinted
     for j in range(k):
-        current = state.length + j
+        # drafts past a hint a row has no room for (hinted_drafts) go nowhere, within the cache
+        current = start + j if hinted is None else (start + j).clamp(max=context.n_ctx - 1)
         width = int((current - state.assistant_cached)[active].max())
         window, positions = token_window(tokens, (current - width).clamp(min=0), width)
         # the assistant attends to the positions in use only, not the whole cache
@@ -277,50 +284,85 @@ def draft(context: Context, state: State, k: int, stats: DecodingStats) -> tuple
     return round_drafts, k
 
 
+# a hint's occurrence of a row's last tokens counts only this near where the row's text ends: a word
+# inserted or dropped shifts the rest a few tokens, while common pairs ("." then " I") recur far away
+HINT_SHIFT = 6
+
+
 def hint_continuation(hint: tuple[int, ...], text: list[int], n: int, end: int | None = None, match: int = 2
                       ) -> list[int]:
     """Up to n tokens of a hint that would follow a row's text so far, `end` (the token the hint ended
     with, EOT) after the hint's last: what follows where the text runs along the hint, nothing once it
     is past the hint's end; where the text left the hint, what follows the occurrence of the text's
-    last `match` tokens in the hint nearest to where the text ends (a word inserted or dropped shifts
-    the rest); [] where none."""
+    last `match` tokens in the hint nearest to where the text ends, within HINT_SHIFT of it; [] where
+    none."""
     full = [*hint, *([] if end is None else [end])]
     if text[: len(hint)] == list(hint[: len(text)]):
         return full[len(text) : len(text) + n] if len(text) <= len(hint) else []
     if len(text) < match:
         return []
     tail = text[-match:]
-    found = [i + match for i in range(len(hint) - match + 1) if list(hint[i : i + match]) == tail]
+    found = [i + match for i in range(len(hint) - match + 1) if list(hint[i : i + match]) == tail
+             and abs(i + match - len(text)) <= HINT_SHIFT]
     if not found:
         return []
     at = min(found, key=lambda i: abs(i - len(text)))
     return full[at : at + n]
 
 
-def hint_proposals(context: Context, state: State) -> dict[int, list[int]]:
+def hint_text(hint: tuple[int, ...], timestamp_begin: int) -> tuple[int, ...]:
+    """The hint without the timestamps it closes with: where the audio has grown since (a live
+    stream's next update), its last segment goes on and ends later."""
+    end = len(hint)
+    while end and hint[end - 1] >= timestamp_begin:
+        end -= 1
+    return hint[:end]
+
+
+def hint_proposals(context: Context, state: State) -> dict[int, tuple[list[int], bool]]:
     """Per active row with a hint that continues its text: the hint's continuation (hint_continuation,
-    up to max_draft tokens, the hint's end followed by EOT)."""
-    eot, tokens = context.main.special.eot, state.tokens
+    up to max_draft tokens), and whether it is the hint's to its end. A row whose assistant drafts
+    takes the hint's text only (hint_text) and the assistant drafts on from its end (hinted_drafts);
+    another row takes the hint to its end, then EOT."""
+    special, tokens = context.main.special, state.tokens
     lengths, done, begins = state.length.tolist(), state.done.tolist(), context.begins.tolist()
+    drafting = (state.drafting & context.drafts).tolist()
     proposals = {}
     for row, hint in enumerate(context.hints):
         if hint is not None and not done[row]:
-            proposal = hint_continuation(hint, tokens[row, begins[row] : lengths[row]].tolist(), context.max_draft, end=eot)
+            text = tokens[row, begins[row] : lengths[row]].tolist()
+            if drafting[row]:
+                text_only = hint_text(hint, special.timestamp_begin) if context.options.timestamps else hint
+                proposal = hint_continuation(text_only, text, context.max_draft)
+            else:
+                proposal = hint_continuation(hint, text, context.max_draft, end=special.eot)
             if proposal:
-                proposals[row] = proposal
+                proposals[row] = (proposal, not drafting[row])
     return proposals
 
 
-def hinted_drafts(state: State, proposals: dict[int, list[int]], round_drafts: Tensor, k: int) -> tuple[Tensor, int]:
-    """Each row with a proposal (hint_proposals) drafts it in place of the assistant's drafts; the
-    others keep the assistant's. Verified like any draft, so the tokens stay the main model's; the
-    drafts cost no forward pass. Returns each row's drafts and the round's k."""
+def hinted_tokens(state: State, proposals: dict[int, tuple[list[int], bool]]) -> Tensor:
+    """Each row's proposal (hint_proposals) written after its accepted tokens, as drafts that cost no
+    forward pass. Returns how many per row (0 without)."""
     tokens, lengths = state.tokens, state.length.tolist()
-    for row, proposal in proposals.items():
+    hinted = torch.zeros_like(state.length)
+    for row, (proposal, _) in proposals.items():
         tokens[row, lengths[row] : lengths[row] + len(proposal)] = torch.tensor(proposal, device=tokens.device)
-        round_drafts[row] = len(proposal)
-        k = max(k, len(proposal))
-    return round_drafts, k
+        hinted[row] = len(proposal)
+    return hinted
+
+
+def hinted_drafts(context: Context, state: State, proposals: dict[int, tuple[list[int], bool]], hinted: Tensor,
+                  assistant_drafts: Tensor) -> tuple[Tensor, int]:
+    """Each row's drafts this round: its hinted tokens, then (where its proposal is not the hint's to
+    its end) the assistant's drafts after them, up to max_draft in all. Verified like any draft, so the
+    tokens stay the main model's. Returns each row's drafts and the round's k."""
+    ended = torch.zeros_like(state.done)
+    for row, (_, to_end) in proposals.items():
+        ended[row] = to_end
+    room = (context.max_draft - hinted).clamp(min=0)
+    round_drafts = hinted + torch.where(ended, 0, torch.minimum(assistant_drafts, room))
+    return round_drafts, int(round_drafts[~state.done].max())
 
 
 def verify(context: Context, state: State, k: int, round_drafts: Tensor, stats: DecodingStats
@@ -379,11 +421,11 @@ def token_logprobs(state: State, k: int, logits: Tensor, scored: Tensor, n_accep
 
 
 def advance(context: Context, state: State, k: int, round_drafts: Tensor, n_accepted: Tensor,
-            next_token: Tensor, adapt: bool = True, logprobs: Tensor | None = None,
+            next_token: Tensor, adapt: bool | Tensor = True, logprobs: Tensor | None = None,
             assistant_steps: int | None = None) -> None:
     """Append each row's kept drafts and next token, end rows at EOT or max_length, roll the
     cache extents back to what was kept, count, (logprobs: token_logprobs) record the kept tokens'
-    log-probabilities, and (adapt: after a round that drafted) adapt the draft lengths.
+    log-probabilities, and (adapt: after a round that drafted; per row, a mask) adapt the draft lengths.
     assistant_steps: the assistant's forward passes this round, where not k (a hint drafted the rest)."""
     # few ops, each value computed once: on a GPU every op is a kernel of the round's graph
     tokens, length, eot = state.tokens, state.length, context.main.special.eot
@@ -417,7 +459,7 @@ def advance(context: Context, state: State, k: int, round_drafts: Tensor, n_acce
     state.hit_max |= active & ~ended & at_max
     state.done |= ended | at_max
     state.length.copy_(new_length)
-    if adapt and context.options.adaptive_draft and context.assistant is not None:
+    if adapt is not False and context.options.adaptive_draft and context.assistant is not None:
         grown = torch.where(n_accepted >= round_drafts, state.draft_length + 2, (state.draft_length - 1).clamp(min=1))
-        state.draft_length.copy_(torch.where(active & state.drafting, grown.clamp(max=context.max_draft),
+        state.draft_length.copy_(torch.where(active & state.drafting & adapt, grown.clamp(max=context.max_draft),
                                              state.draft_length))
