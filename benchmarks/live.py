@@ -1,13 +1,14 @@
 """Live transcription of real recordings played at real time: what drafting from the last hypothesis
 saves, how soon words are confirmed, and what the live transcript loses against the offline one.
 
-Each recording is fed to a LiveStream a second at a time and updated after each second (whisper_streaming's
-computation-unaware schedule), in four modes on the same buffers: drafts from the last hypothesis (the
-default: the assistant drafts past the hypothesis), the hypothesis alone (no assistant), the assistant
-alone, and the main model alone. The modes' tokens must be equal update for update (checked). Per mode:
-per update the encoder and decoding milliseconds (medians), the main model's forward passes and the
-tokens it kept per pass. Confirmed-word latency: on a real-time clock (an update
-starts when its second of audio has arrived and the last update is done, and takes what it took), from a
+Each recording is fed to a LiveStream a step at a time (--step, a second by default) and updated after
+each step (whisper_streaming's computation-unaware schedule), in four modes on the same buffers: drafts
+from the last hypothesis (the default, speculation "auto": the hypothesis alone, decoding._assistant),
+the hypothesis with the assistant drafting past its end in the same pass (speculation "on"), the
+assistant alone, and the main model alone. The modes' tokens must be equal update for update (checked).
+Per mode: per update the encoder and decoding milliseconds (medians), the main model's forward passes
+and the tokens it kept per pass. Confirmed-word latency: on a real-time clock (an update
+starts when its step of audio has arrived and the last update is done, and takes what it took), from a
 word's end in the audio (the offline transcript's word timestamps, words matched by alignment) to the
 end of the update that confirmed it. WER of the final live transcript against the offline one and the
 reference. CPU and threads: machine_info.
@@ -49,15 +50,16 @@ from whisper_spec.sources import ct2_source
 
 STEP_SECONDS = 1.0
 # name: (speculation, drafts from the last hypothesis, the assistant takes part)
-MODES = {"hypothesis drafts": ("auto", True, True), "hypothesis drafts alone": ("on", True, False),
+MODES = {"hypothesis drafts": ("auto", True, True), "hypothesis drafts + assistant": ("on", True, True),
          "assistant only": ("on", False, True), "main-only": ("off", False, False)}
 
 
-def play(pair, audio: np.ndarray, language: str | None, speculation: str, hypothesis_drafts: bool) -> dict:
-    """The recording through one stream, an update a second: each update's tokens, costs and the words
+def play(pair, audio: np.ndarray, language: str | None, speculation: str, hypothesis_drafts: bool,
+         step_seconds: float = STEP_SECONDS) -> dict:
+    """The recording through one stream, an update a step: each update's tokens, costs and the words
     it confirmed with the clock time it was done at."""
     stream, options = LiveStream(language=language), DecodingOptions(speculation=speculation)
-    step, clock, updates, confirmed = int(STEP_SECONDS * SAMPLE_RATE), 0.0, [], []
+    step, clock, updates, confirmed = int(step_seconds * SAMPLE_RATE), 0.0, [], []
     for at in range(0, len(audio), step):
         stream.feed(audio[at : at + step])
         started = time.perf_counter()
@@ -75,8 +77,9 @@ def play(pair, audio: np.ndarray, language: str | None, speculation: str, hypoth
             "text": decode(stream.confirmed)}
 
 
-def peer_play(connection, ct2_dir: str, threads: int, recordings: list[tuple[np.ndarray, str | None]]) -> None:
-    """In a process of its own: whisperlivekit's LocalAgreement on faster-whisper, each recording a second
+def peer_play(connection, ct2_dir: str, threads: int, recordings: list[tuple[np.ndarray, str | None]],
+              step_seconds: float) -> None:
+    """In a process of its own: whisperlivekit's LocalAgreement on faster-whisper, each recording a step
     at a time; sends back per recording the updates' seconds and the words each committed, and the text."""
     import logging
 
@@ -100,7 +103,7 @@ def peer_play(connection, ct2_dir: str, threads: int, recordings: list[tuple[np.
         asr = GreedyFasterWhisper(language or "auto", model_dir=ct2_dir)
         asr.tokenizer, asr.confidence_validation, asr.buffer_trimming, asr.buffer_trimming_sec = None, False, "segment", 15
         processor, updates, committed = OnlineASRProcessor(asr), [], []
-        step = int(STEP_SECONDS * SAMPLE_RATE)
+        step = int(step_seconds * SAMPLE_RATE)
         for at in range(0, len(audio), step):
             processor.insert_audio_chunk(audio[at : at + step])
             started = time.perf_counter()
@@ -113,14 +116,14 @@ def peer_play(connection, ct2_dir: str, threads: int, recordings: list[tuple[np.
     connection.send(results)
 
 
-def peer(ct2_dir: Path, audio: list[np.ndarray], files: list[dict]) -> list[dict] | str:
+def peer(ct2_dir: Path, audio: list[np.ndarray], files: list[dict], step_seconds: float) -> list[dict] | str:
     """The peer's runs of the recordings, or why it cannot run here."""
     if importlib.util.find_spec("whisperlivekit") is None:
         return "whisperlivekit is not installed (pip install whisperlivekit tiktoken)"
     context = multiprocessing.get_context("spawn")
     receiving, sending = context.Pipe(duplex=False)
     process = context.Process(target=peer_play, args=(sending, str(ct2_dir), torch.get_num_threads(),
-                                                      [(a, f["language"]) for a, f in zip(audio, files)]))
+                                                      [(a, f["language"]) for a, f in zip(audio, files)], step_seconds))
     process.start()
     sending.close()
     try:
@@ -173,13 +176,14 @@ def outcome(runs: list[dict], files: list[dict], offline: list) -> dict:
     }
 
 
-def peer_summary(runs: list[dict], audio: list[np.ndarray], files: list[dict], offline: list) -> dict:
+def peer_summary(runs: list[dict], audio: list[np.ndarray], files: list[dict], offline: list, step_seconds: float
+                 ) -> dict:
     """The peer's figures: its update times, and latency on the same real-time clock."""
     timed = []
     for run, samples in zip(runs, audio):
         clock, confirmed = 0.0, []
         for index, (took, text) in enumerate(zip(run["seconds"], run["committed"])):
-            clock = max(clock, min((index + 1) * STEP_SECONDS, len(samples) / SAMPLE_RATE)) + took
+            clock = max(clock, min((index + 1) * step_seconds, len(samples) / SAMPLE_RATE)) + took
             confirmed.append((text, clock))
         confirmed.append((run["committed"][-1], clock))
         timed.append({"confirmed": confirmed, "text": run["text"]})
@@ -200,6 +204,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=None, help="the first N recordings only")
     parser.add_argument("--seconds", type=float, default=None, help="each recording's first seconds only (no WER)")
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True, help="the streaming peer too")
+    parser.add_argument("--step", type=float, default=STEP_SECONDS, help="seconds of audio an update (default 1)")
     parser.add_argument("--output", type=Path)
     args = parse_args(parser, limit=1, seconds=20.0, peer=False)
     pair = load_pair("base")
@@ -220,21 +225,24 @@ def main() -> int:
     for f, path, samples in zip(files, paths, audio):
         for mode, (speculation, hinted, assisted) in MODES.items():
             decoding = pair if assisted else alone
-            runs[mode].append(play(decoding, samples, f["language"], speculation, hinted))
+            runs[mode].append(play(decoding, samples, f["language"], speculation, hinted, args.step))
             progress({"recording": path.name, "mode": mode, "text": runs[mode][-1]["text"][:80]})
         tokens = [[u["tokens"] for u in runs[mode][-1]["updates"]] for mode in MODES]
         assert all(t == tokens[0] for t in tokens), f"the modes' tokens differ on {path.name}"
     report = {"machine": machine_info(pair.device), "set": args.recordings, "recordings": [p.name for p in paths],
-              "audio_seconds": round(sum(len(a) for a in audio) / SAMPLE_RATE, 1), "step_seconds": STEP_SECONDS,
+              "audio_seconds": round(sum(len(a) for a in audio) / SAMPLE_RATE, 1), "step_seconds": args.step,
               "modes_equal_update_for_update": True,
               "modes": {mode: summary(runs[mode], files, offline) for mode in MODES}}
-    main_only, hinted = report["modes"]["main-only"], report["modes"]["hypothesis drafts"]
-    report["hypothesis_drafts_vs_main_only"] = {
-        "main_forwards_cut": round(main_only["main_forwards_per_update"] / hinted["main_forwards_per_update"], 2),
-        "decoding_time_cut": round(main_only["decoding_ms_median"] / hinted["decoding_ms_median"], 2)}
+    main_only = report["modes"]["main-only"]
+    for mode in ("hypothesis drafts", "hypothesis drafts + assistant"):
+        hinted = report["modes"][mode]
+        report[f"{mode} vs main-only"] = {
+            "main_forwards_cut": round(main_only["main_forwards_per_update"] / hinted["main_forwards_per_update"], 2),
+            "decoding_time_cut": round(main_only["decoding_ms_median"] / hinted["decoding_ms_median"], 2)}
     if args.peer:
-        peer_runs = peer(ct2_source("base"), audio, files)
-        report["peer"] = peer_runs if isinstance(peer_runs, str) else peer_summary(peer_runs, audio, files, offline)
+        peer_runs = peer(ct2_source("base"), audio, files, args.step)
+        report["peer"] = (peer_runs if isinstance(peer_runs, str)
+                          else peer_summary(peer_runs, audio, files, offline, args.step))
     return write_report(report, args.output)
 
 

@@ -1,6 +1,8 @@
 """Drafts from a hint (a previous hypothesis of the same audio, as a live stream has): free drafts,
 verified, so the tokens are the main model's whatever the hint, in fewer main-model passes."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import main_alone, perturbed_decoder, random_model
@@ -52,6 +54,12 @@ def test_past_its_hint_a_row_drafts_from_the_assistant_in_the_same_round():
     hint_alone, _ = decode_windows(WhisperPair(main, None, CPU, torch.float32), mel, options, hints=hints)
     assert [r.tokens for r in together] == [r.tokens for r in hint_alone] == [r.tokens for r in main_only]
     assert all(t.stats.main_forwards < h.stats.main_forwards for t, h in zip(together, hint_alone))
+    # speculation "auto" beside hints drafts from the hints alone: on a live tail the assistant's steps
+    # cost more than the passes they save (decoding._assistant)
+    auto, auto_stats = decode_windows(pair, mel, replace(options, speculation="auto"), hints=hints)
+    assert [r.tokens for r in auto] == [r.tokens for r in main_only]
+    assert auto_stats.assistant_forwards == 0 and [r.stats.main_forwards for r in auto] == [
+        r.stats.main_forwards for r in hint_alone]
 
 
 @pytest.fixture(scope="module")

@@ -138,11 +138,15 @@ def decode_encoded(
     return [best_attempt(tried, options) for tried in attempts], stats
 
 
-def _assistant(pair: WhisperPair, options: DecodingOptions) -> Whisper | None:
-    """The assistant that takes part in decoding: none where speculation is off, or for a task it
-    was not trained to draft for (Whisper.draft_tasks)."""
+def _assistant(pair: WhisperPair, options: DecodingOptions, hinted: bool = False) -> Whisper | None:
+    """The assistant that takes part in decoding: none where speculation is off, for a task it was
+    not trained to draft for (Whisper.draft_tasks), or (speculation "auto") beside hints: past a live
+    stream's hint the tail is short, and the assistant's steps there cost more time than the main-model
+    passes they save (decisions, "Live transcription")."""
     assistant = pair.assistant
-    return None if options.speculation == "off" or assistant is None or not assistant.drafts_for(options.task) else assistant
+    if options.speculation == "off" or assistant is None or not assistant.drafts_for(options.task):
+        return None
+    return None if hinted and options.speculation == "auto" else assistant
 
 
 def _by_prompt_length(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, temperature: float,
@@ -171,7 +175,9 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
                  ) -> list[WindowResult]:
     """One decoding at this temperature (0: greedy) of every row of the batch, or of these rows."""
     main, device, batch = pair.main, pair.device, len(languages)
-    assistant = _assistant(pair, options)
+    hinted = (options.speculation != "off" and pair.platform.row_invariant  # fixed shapes draft from the assistant only
+              and any(h is not None for h in hints))
+    assistant = _assistant(pair, options, hinted)
     languages = [main.special.language_code(language) for language in languages]
     max_length = min(options.max_length or main.dims.n_text_ctx, main.dims.n_text_ctx)
     # one cache length for main-only and speculative decoding: attention spans the whole cache, so
@@ -192,8 +198,6 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
         languages = [language or code for language, code in zip(languages, found)]
     if not main.special.multilingual:
         languages = ["en"] * batch
-    hinted = (options.speculation != "off" and pair.platform.row_invariant  # fixed shapes draft from the assistant only
-              and any(h is not None for h in hints))
     context = _context(pair.platform, main, assistant, options, temperature, seeds, floors, languages, n_ctx,
                        max_length, device, caches, graphs, tuple(previous), tuple(prefixes), tuple(hints) if hinted else None)
     state = initial_state(context, languages)

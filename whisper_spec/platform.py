@@ -294,7 +294,7 @@ def prepare(module: nn.Module, device: torch.device) -> None:
 
 # an assistant's calls of this many rows or more (a round's first step reads the tokens since its cache
 # last did: a prompt, a hint) through a float GEMM on the dequantized weight (Int8Linear.many_rows): on
-# CPU the fused kernel runs them in blocks of KERNEL_ROW_BLOCK rows at about a third of that GEMM's speed
+# CPU the fused kernel runs them in blocks of KERNEL_ROW_BLOCK rows at about half that GEMM's speed
 ASSISTANT_DENSE_ROWS = 16
 
 
