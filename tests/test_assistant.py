@@ -37,6 +37,7 @@ def shipped():
     return path, load_pair("base", path)
 
 
+@pytest.mark.slow
 def test_shipped_assistant_is_small_and_shares_with_base(shipped):
     path, pair = shipped
     size = sum(f.stat().st_size for f in path.iterdir())
@@ -93,6 +94,7 @@ def test_compiled_drafts_keep_the_transcript_and_the_acceptance(shipped):
     assert stats.drafted > 50 and abs(stats.acceptance - eager.acceptance) < 0.05, (stats.acceptance, eager.acceptance)
 
 
+@pytest.mark.slow
 def test_drafts_fall_back_to_eager_where_compilation_fails(shipped, monkeypatch):
     def no_compiler():
         def fail(*args):
@@ -157,6 +159,7 @@ def test_shipped_assistant_pays_in_each_language_it_was_trained_for(shipped, lan
     assert stats.acceptance > MIN_FLEURS_ACCEPTANCE, stats.acceptance
 
 
+@pytest.mark.slow
 def test_assistant_cross_attends_to_the_audio_not_the_padding(shipped):
     """Padding is found from the features alone; the distilled assistant skips it, the main
     model (which must stay exact) and a full-model assistant do not."""
@@ -182,6 +185,7 @@ def test_assistant_cross_attends_to_the_audio_not_the_padding(shipped):
     assert encode(full_assistant, mel, None, DecodingStats()).assistant[0][0].shape[2] == 1500
 
 
+@pytest.mark.slow
 def test_a_drafted_window_is_judged_silent_as_the_main_model_judges_it(shipped):
     """The last 1.4 s of a FLEURS clip, as the tail pass decodes it: with timestamps, rejected drafts
     that the timestamp rules forbid once made the average log-probability nan, and the window kept

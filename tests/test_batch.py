@@ -117,6 +117,7 @@ def test_output_names_stay_inside_the_output_folder(tmp_path):
     assert all((out / f"{name}.txt").resolve().is_relative_to(out.resolve()) for name in names)
 
 
+@pytest.mark.slow
 def test_a_job_writes_inside_its_output_folder_and_never_over_a_file_it_did_not_create(pair, tmp_path):
     """A manifest naming `../audio/clip.flac` once wrote beside the audio, over its metadata."""
     audio, out = tmp_path / "audio", tmp_path / "jobs" / "out"

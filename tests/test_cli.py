@@ -198,6 +198,7 @@ def test_a_temperature_above_one_is_said(capsys):
     assert options.temperature == (2.0,)
 
 
+@pytest.mark.slow
 def test_encoder_precision_is_left_to_the_loader_unless_a_flag_says(tmp_path):
     """No flag: load_pair's device default (platform.default_encoder_precision); --encoder-precision: that one."""
     from whisper_spec.cli.main import pair_args

@@ -11,6 +11,7 @@ from whisper_spec.ct2 import read_ct2_model
 from whisper_spec.sources import EMBEDDED_MODELS, ModelNotFound, prepare_embedded
 
 
+@pytest.mark.slow
 def test_base_conversion_is_faithful(base_pair):
     path = base_pair.main.path
     config = json.loads((path / "config.json").read_text())
@@ -52,6 +53,7 @@ def test_unknown_model_is_a_clear_error(tmp_path):
         sources.resolve_model(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_ctranslate2_directory_is_converted_on_the_fly(monkeypatch, tmp_path):
     from whisper_spec.load import load_model
 

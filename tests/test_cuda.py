@@ -16,7 +16,7 @@ from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
 from whisper_spec.quantize import Int8Linear, weight_bytes
 
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
+pytestmark = [pytest.mark.cuda, pytest.mark.slow, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
 CLIPS = [
     "librispeech/test-other/1688-142285-0000.flac",

@@ -65,6 +65,7 @@ def test_per_channel_quantization_round_trips_within_half_a_step():
     assert torch.all((q.float() * scales[:, None] - weight).abs() <= scales[:, None] / 2 + 1e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_every_int8_layer_stays_close_to_its_float_layer(base_pair, int8_pair, dtype):
     float_decoder, int8_decoder = base_pair.main.decoder, int8_pair.main.decoder
@@ -89,6 +90,7 @@ def test_every_int8_layer_stays_close_to_its_float_layer(base_pair, int8_pair, d
     assert _relative_error(int8_decoder.proj_out(x.to(dtype)), logits) < 0.035
 
 
+@pytest.mark.slow
 @torch.inference_mode()
 def test_int8_cross_attention_states_come_from_a_float_product_of_the_int8_weights(base_pair):
     """With a float encoder, a window's cross-attention keys and values (1500 frames) go through a
@@ -105,6 +107,7 @@ def test_int8_cross_attention_states_come_from_a_float_product_of_the_int8_weigh
     assert _relative_error(product, kv(states.to(torch.bfloat16))) < 0.01  # the fused kernel's product
 
 
+@pytest.mark.slow
 @torch.inference_mode()
 @pytest.mark.parametrize("int8_decoder", [False, True])
 def test_cross_attention_states_beside_an_int8_encoder_are_int8_products_a_window_at_a_time(base_pair, int8_pair,
@@ -132,6 +135,7 @@ def _unaligned_tensors(module: torch.nn.Module) -> list[str]:
     return [name for name, t in module.state_dict().items() if t.numel() and not is_aligned(t)]
 
 
+@pytest.mark.slow
 def test_float16_assistant_file_is_loaded_into_aligned_storage():
     """The shipped assistant is stored float16: at dtype float16 nothing converts its tensors, so
     without realignment they would stay views at the file's offsets."""
@@ -310,6 +314,7 @@ def test_prequantized_directories_build_no_float_decoder_weights(tmp_path, int8_
     assert [r.tokens for r in prequantized] == [r.tokens for r in on_the_fly]
 
 
+@pytest.mark.slow
 def test_transcribe_with_int8_flag(capsys):
     assert cli(["transcribe", str(CLIPS[0]), "--int8", "--language", "en"]) == 0
     captured = capsys.readouterr()
@@ -330,6 +335,7 @@ def test_int8_encoder_scales_activations_per_row():
         assert _relative_error(approx[row] - linear.bias, exact[row] - linear.bias) < 0.02
 
 
+@pytest.mark.slow
 def test_cpu_encoder_default_is_what_the_cpu_runs_fastest():
     """bfloat16 where the CPU has AMX, else int8 linears: the precision load_pair gives unasked."""
     pair = load_pair("base", None, dtype="bfloat16", int8=True)

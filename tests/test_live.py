@@ -22,16 +22,18 @@ SECONDS, STEP = 32.0, 1.0
 
 
 @pytest.mark.slow
-def test_two_streams_share_updates_each_exact_and_the_confirmed_text_is_the_recordings(tmp_path):
+@pytest.mark.parametrize("speculation", ["auto", "on"])
+def test_two_streams_share_updates_each_exact_and_the_confirmed_text_is_the_recordings(tmp_path, speculation):
     """Two recordings played a second at a time into two streams updated together (a second of silence
     before one): every update's tokens equal a main-only decoding of the same buffer with the same
-    prompt, prefix and end floor; drafts from the last hypothesis save most main-model passes; buffers
-    are trimmed; the confirmed text at the end is the offline transcript's, give or take a word."""
+    prompt, prefix and end floor; drafts from the last hypothesis save main-model passes (alone, the
+    default; with the assistant drafting past it, "on", most of them); buffers are trimmed; the
+    confirmed text at the end is the offline transcript's, give or take a word."""
     pair = load_pair("base")
     audio = [load_audio(speech(p))[: int(SECONDS * SAMPLE_RATE)] for p in RECORDINGS]
     audio[1] = np.concatenate([np.zeros(SAMPLE_RATE, np.float32), audio[1]])[: len(audio[0])]
     streams = [LiveStream(language="en") for _ in audio]
-    options = DecodingOptions(timestamps=True)
+    options = DecodingOptions(timestamps=True, speculation=speculation)
     passes = {"hinted": 0, "main-only": 0}
     trimmed = prompted = False
     step = int(STEP * SAMPLE_RATE)
@@ -50,7 +52,7 @@ def test_two_streams_share_updates_each_exact_and_the_confirmed_text_is_the_reco
         passes["main-only"] += sum(r.stats.main_forwards for r in reference)
         trimmed |= any(s.offset > 0 for s in streams)
         prompted |= len({len(u.prompt) for u in decoded}) > 1  # rows of several prompt lengths in one batch
-    assert trimmed and prompted and passes["hinted"] * 2 < passes["main-only"], passes
+    assert trimmed and prompted and passes["hinted"] * (2 if speculation == "on" else 1) < passes["main-only"], passes
     for index, (stream, samples) in enumerate(zip(streams, audio)):
         finish(pair, stream)
         soundfile.write(tmp_path / f"{index}.wav", samples, SAMPLE_RATE)
@@ -193,7 +195,8 @@ def test_the_live_page_in_chromium_shows_what_its_microphone_hears(tmp_path):
                 socket.send(jsonlib.dumps({"id": 1, "method": "Runtime.evaluate", "params": {
                     "expression": "document.getElementById('confirmed').textContent + "
                                   "document.getElementById('tentative').textContent", "returnByValue": True}}))
-                return jsonlib.loads(socket.recv(timeout=30))["result"]["result"]["value"]
+                # a tab still loading has no such elements yet: nothing shown so far
+                return jsonlib.loads(socket.recv(timeout=30))["result"]["result"].get("value", "")
 
         texts = ["", ""]
         deadline = time.monotonic() + seconds + 150  # a busy machine lags the live updates behind the audio

@@ -36,6 +36,7 @@ def test_decoder_only_assistant_reads_no_encoder_and_is_exact(base_pair, tmp_pat
         load_pair("base", export, assistant_encoder="own")
 
 
+@pytest.mark.slow
 def test_full_model_export_round_trips_through_our_loader_and_transformers(tmp_path):
     """checkpoint.py's weight-name table read both ways: every tensor comes back as it was."""
     from transformers import WhisperForConditionalGeneration
@@ -54,6 +55,7 @@ def test_full_model_export_round_trips_through_our_loader_and_transformers(tmp_p
                        model.encoder.blocks[2].attn.qkv.bias[: model.dims.d_model])
 
 
+@pytest.mark.slow
 def test_an_exported_assistant_keeps_the_languages_and_tasks_it_drafts_for(tmp_path):
     """An assistant distilled for some languages and tasks, exported, still leaves the others to the
     main model alone; a full model's export carries no such limits, and transformers reads both."""
@@ -127,11 +129,13 @@ def test_load_pair_loads_what_the_command_line_loads_unless_told():
     assert decoder_precision(library[True].main) == "float32"
 
 
+@pytest.mark.slow
 def test_incompatible_vocabulary_is_refused():
     with pytest.raises(IncompatiblePair, match=r"vocabulary sizes differ \(51865 vs 51864"):
         load_pair("base", "tiny.en")
 
 
+@pytest.mark.slow
 def test_shared_encoder_needs_matching_width(base_pair):
     main = base_pair.main
     narrow = Decoder(main.dims.__class__(**{**main.dims.__dict__, "d_model": 64, "n_text_ffn": 128, "n_text_layer": 1}))
@@ -140,6 +144,7 @@ def test_shared_encoder_needs_matching_width(base_pair):
         check_pair(main, fake)
 
 
+@pytest.mark.slow
 def test_dtype_and_device_options():
     pair = load_pair("tiny.en", dtype="bfloat16", device="cpu", int8=False)
     assert pair.main.decoder.token_embedding.weight.dtype == torch.bfloat16

@@ -51,6 +51,7 @@ def test_dtw_takes_the_path_of_the_cell_by_cell_recurrence(shape):
         assert tokens[0] == frames[0] == 0 and (tokens[-1], frames[-1]) == (shape[0] - 1, shape[1] - 1)
 
 
+@pytest.mark.slow
 def test_words_split_at_spaces_and_punctuation_joins_its_word(base_pair):
     tokenizer = base_pair.main.tokenizer
     text = ' He said, "it\'s (really) fine."'
@@ -127,6 +128,7 @@ def test_word_starts_agree_with_faster_whisper(chapter_words):
     assert np.median(differences) <= 0.1 and np.mean(differences < 0.1) > 0.8
 
 
+@pytest.mark.slow
 def test_subtitles_can_have_a_cue_per_word(chapter_words):
     transcript = chapter_words[False]
     cues = re.findall(r"^(\S+) --> (\S+)\n(.+)$", render(transcript, "vtt", SubtitleOptions(max_words_per_line=1)), flags=re.M)

@@ -188,6 +188,7 @@ def test_a_peer_bench_does_not_know_is_named_before_any_work(capsys):
     assert "--peers: no peer named 'whispercpp' (choose from transformers, faster-whisper, whisper.cpp, or none)" in err
 
 
+@pytest.mark.slow
 def test_language_names_are_taken_like_codes(capsys):
     german = speech("multilingual/de/thorsten_1386ecbb98a8f46dd0b0eb75d68ee0d0.flac")
     by_name = run(capsys, "transcribe", german, "-l", "German", "-f", "json", "-q")
@@ -263,6 +264,7 @@ def test_without_a_terminal_progress_is_a_line_per_file(tmp_path):
     assert "\r" not in run.stderr  # no bar
 
 
+@pytest.mark.slow
 def test_in_a_log_a_long_file_reports_progress_before_it_ends(capsys, monkeypatch):
     from whisper_spec import jobs
 
