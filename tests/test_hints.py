@@ -43,15 +43,12 @@ def test_a_hints_closing_timestamps_are_left_to_the_assistant():
 def test_past_its_hint_a_row_drafts_from_the_assistant_in_the_same_round():
     """The hint (all but a row's last tokens) and the assistant's drafts after it are verified in one
     pass: with an assistant that always agrees, fewer passes than the hint followed by EOT alone."""
-    main = random_model(0, eot_bias=0.25)
-    pair = WhisperPair(main, perturbed_decoder(main, 0.0, seed=1), CPU, torch.float32)
-    torch.manual_seed(4)
-    mel = torch.randn(3, 80, 3000)
+    pair, mel = _assisted_pair_and_mel(noise=0.0, windows=3)
     options = DecodingOptions(language="en", speculation="on", draft_tokens=4)
     main_only, _ = decode_windows(pair, mel, main_alone(options))
     hints = [r.tokens[:-3] for r in main_only]
     together, _ = decode_windows(pair, mel, options, hints=hints)
-    hint_alone, _ = decode_windows(WhisperPair(main, None, CPU, torch.float32), mel, options, hints=hints)
+    hint_alone, _ = decode_windows(WhisperPair(pair.main, None, CPU, torch.float32), mel, options, hints=hints)
     assert [r.tokens for r in together] == [r.tokens for r in hint_alone] == [r.tokens for r in main_only]
     assert all(t.stats.main_forwards < h.stats.main_forwards for t, h in zip(together, hint_alone))
     # speculation "auto" beside hints drafts from the hints alone: on a live tail the assistant's steps
@@ -95,10 +92,7 @@ def test_hinted_rows_give_the_main_models_tokens_in_fewer_passes(pair_and_mel, t
 
 def test_a_hint_and_an_assistant_draft_together_and_stay_exact():
     """Past its hint's end (or where its text left the hint) a row drafts from the assistant."""
-    main = random_model(0, eot_bias=0.25)
-    pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), CPU, torch.float32)
-    torch.manual_seed(4)
-    mel = torch.randn(2, 80, 3000)
+    pair, mel = _assisted_pair_and_mel(noise=0.05, windows=2)
     options = DecodingOptions(language="en", speculation="on", draft_tokens=3)
     main_only, _ = decode_windows(pair, mel, main_alone(options))
     half = [r.tokens[: len(r.tokens) // 2] for r in main_only]
@@ -106,3 +100,12 @@ def test_a_hint_and_an_assistant_draft_together_and_stay_exact():
     _, unhinted = decode_windows(pair, mel, options)
     assert [r.tokens for r in hinted] == [r.tokens for r in main_only]
     assert stats.assistant_forwards > 0 and stats.main_forwards < unhinted.main_forwards
+
+
+def _assisted_pair_and_mel(noise: float, windows: int) -> tuple[WhisperPair, torch.Tensor]:
+    """A random main model with an assistant of its weights plus noise (0.0: it always agrees), and
+    random mel windows."""
+    main = random_model(0, eot_bias=0.25)
+    pair = WhisperPair(main, perturbed_decoder(main, noise, seed=1), CPU, torch.float32)
+    torch.manual_seed(4)
+    return pair, torch.randn(windows, 80, 3000)
