@@ -137,4 +137,4 @@ def test_mel_filterbank_is_librosas(n_mels):
     import librosa
 
     expected = librosa.filters.mel(sr=16000, n_fft=400, n_mels=n_mels)
-    assert np.array_equal(mel_filters(n_mels, torch.device("cpu")).numpy(), expected)
+    assert np.array_equal(mel_filters(n_mels), expected)

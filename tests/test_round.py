@@ -7,10 +7,10 @@ from conftest import RANDOM_DIMS, perturbed_decoder, random_model
 
 from whisper_spec.caches import BatchCaches
 from whisper_spec.decoding import _context
-from whisper_spec.kept import Kept
+from whisper_spec.kept import DecoderKept, Kept
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
-from whisper_spec.rules import KEPT_RULES, LogitRules
+from whisper_spec.rules import LogitRules
 from whisper_spec.sampling import position_uniforms, row_seeds, sample_tokens
 from whisper_spec.speculative import accept, accept_greedy, advance, initial_state
 
@@ -196,20 +196,22 @@ def test_logit_rules_mask_as_whisper_rule_by_rule():
 
 
 def test_logit_rules_are_made_once_per_model_and_vocabulary():
-    """Every pass asks for its rules (decoding._context): the same arguments get the same rules
-    object, other arguments (timestamps, a draft vocabulary) their own, and the least recently used
-    are dropped past KEPT_RULES."""
-    special = random_model(0).special
-    first = LogitRules.kept(special, RANDOM_DIMS.n_vocab, True, CPU)
-    assert LogitRules.kept(special, RANDOM_DIMS.n_vocab, True, CPU) is first
+    """Every pass asks for its rules (decoding._context) from the main decoder's store: the same
+    arguments get the same rules object, other arguments (timestamps, a draft vocabulary) their own,
+    the least recently used are dropped past DecoderKept.RULES, and another decoder's store has its own."""
+    model = random_model(0)
+    special, store = model.special, model.decoder.kept.rules
+    first = LogitRules.kept(store, special, RANDOM_DIMS.n_vocab, True, CPU)
+    assert LogitRules.kept(store, special, RANDOM_DIMS.n_vocab, True, CPU) is first
+    assert LogitRules.kept(random_model(1).decoder.kept.rules, special, RANDOM_DIMS.n_vocab, True, CPU) is not first
     vocab = torch.arange(special.timestamp_begin - 20, RANDOM_DIMS.n_vocab)
-    others = [LogitRules.kept(special, RANDOM_DIMS.n_vocab, False, CPU),
-              LogitRules.kept(special, RANDOM_DIMS.n_vocab, True, CPU, vocab=vocab)]
+    others = [LogitRules.kept(store, special, RANDOM_DIMS.n_vocab, False, CPU),
+              LogitRules.kept(store, special, RANDOM_DIMS.n_vocab, True, CPU, vocab=vocab)]
     assert len({id(r) for r in [first, *others]}) == 3
     assert others[1].vocab is vocab and others[0].timestamps is False
-    for length in range(KEPT_RULES):
-        LogitRules.kept(special, RANDOM_DIMS.n_vocab, True, CPU, vocab=vocab[length:])
-    assert LogitRules.kept(special, RANDOM_DIMS.n_vocab, True, CPU) is not first
+    for length in range(DecoderKept.RULES):
+        LogitRules.kept(store, special, RANDOM_DIMS.n_vocab, True, CPU, vocab=vocab[length:])
+    assert LogitRules.kept(store, special, RANDOM_DIMS.n_vocab, True, CPU) is not first
 
 
 def test_kept_drops_the_least_recently_used():

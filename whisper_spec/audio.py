@@ -167,10 +167,11 @@ def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=None)
-def mel_filters(n_mels: int, device: torch.device) -> torch.Tensor:
-    """Slaney-normalised mel filterbank, as openai/whisper and Hugging Face use (librosa's
-    `filters.mel` defaults, which a test compares it with), computed here because importing
-    librosa takes scipy.signal with it: two seconds of every start."""
+def mel_filters(n_mels: int) -> np.ndarray:
+    """Slaney-normalised mel filterbank [n_mels, N_FFT // 2 + 1], as openai/whisper and Hugging Face
+    use (librosa's `filters.mel` defaults, which a test compares it with), computed here because
+    importing librosa takes scipy.signal with it: two seconds of every start. Read-only: one constant
+    array per size (a table, not a tensor on some device: no module-level store holds tensors)."""
     fft_hz = np.fft.rfftfreq(N_FFT, 1.0 / SAMPLE_RATE)
     edges = _mel_to_hz(np.linspace(_hz_to_mel(np.array(0.0)), _hz_to_mel(np.array(SAMPLE_RATE / 2)), n_mels + 2))
     ramps = edges[:, None] - fft_hz[None, :]
@@ -179,7 +180,8 @@ def mel_filters(n_mels: int, device: torch.device) -> torch.Tensor:
     for i in range(n_mels):
         weights[i] = np.maximum(0, np.minimum(-ramps[i] / widths[i], ramps[i + 2] / widths[i + 1]))
     weights *= (2.0 / (edges[2:] - edges[:-2]))[:, None]  # equal area per filter
-    return torch.from_numpy(weights).to(device)
+    weights.setflags(write=False)
+    return weights
 
 
 def log_mel_spectrogram(windows: torch.Tensor, n_mels: int) -> torch.Tensor:
@@ -191,7 +193,7 @@ def log_mel_spectrogram(windows: torch.Tensor, n_mels: int) -> torch.Tensor:
     window = torch.hann_window(N_FFT, device=windows.device)
     stft = torch.stft(windows.float(), N_FFT, HOP_LENGTH, window=window, return_complex=True)
     power = stft[..., :-1].abs() ** 2
-    mel = mel_filters(n_mels, windows.device) @ power
+    mel = torch.tensor(mel_filters(n_mels), device=windows.device) @ power
     log_spec = mel.clamp(min=1e-10).log10()
     log_spec = torch.maximum(log_spec, log_spec.amax(dim=(-2, -1), keepdim=True) - 8.0)
     return (log_spec + 4.0) / 4.0

@@ -3,25 +3,10 @@ states of the batch (encoding.Encoded) and self-attention caches, and which rows
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 from torch import Tensor
 
-from .kept import Kept
 from .model import CrossStates, Decoder, DecoderCaches, KVCache
-
-# per decoder and batch shape, the self-attention caches and (stable) cross-attention states of its
-# last batch of that shape, most recently used last: a job alternating batch sizes (the bench
-# interleaves batch 1 and 4) finds each shape's buffers, and CUDA graphs captured on them, again
-KEPT_SHAPES = 4
-_KEPT_CACHES: "weakref.WeakKeyDictionary[Decoder, Kept[list[KVCache]]]" = weakref.WeakKeyDictionary()
-_KEPT_CROSS: "weakref.WeakKeyDictionary[Decoder, Kept[CrossStates]]" = weakref.WeakKeyDictionary()
-
-
-def _kept(store: weakref.WeakKeyDictionary, decoder: Decoder, shape: tuple, make):
-    """The decoder's buffers of this shape from store, made where missing."""
-    return store.setdefault(decoder, Kept(KEPT_SHAPES)).get(shape, make)
 
 
 def self_attention_caches(decoder: Decoder, batch: int, n_ctx: int) -> list[KVCache]:
@@ -30,20 +15,20 @@ def self_attention_caches(decoder: Decoder, batch: int, n_ctx: int) -> list[KVCa
     them read them where they are). Stale entries are harmless: attention masks every position past
     a row's own."""
     key = (batch, n_ctx, decoder.cache_dtype, decoder.transposed_keys)
-    return _kept(_KEPT_CACHES, decoder, key, lambda: decoder.new_caches(batch, n_ctx))
+    return decoder.kept.self_attention.get(key, lambda: decoder.new_caches(batch, n_ctx))
 
 
 def kept_cache_length(decoder: Decoder) -> int | None:
     """The positions of the decoder's most recently used self-attention caches (None: it has none)."""
-    shapes = _KEPT_CACHES.get(decoder)
-    return shapes.newest()[1] if shapes else None
+    newest = decoder.kept.self_attention.newest()
+    return newest[1] if newest is not None else None
 
 
 def stable_cross(decoder: Decoder, cross: CrossStates) -> CrossStates:
     """These cross-attention states, copied into the decoder's last batch's of the same shapes:
     CUDA graphs captured on them read them there."""
     shape = tuple((t.shape, t.dtype, t.device) for kv in cross for t in kv)
-    kept = _kept(_KEPT_CROSS, decoder, shape, lambda: cross)
+    kept = decoder.kept.cross.get(shape, lambda: cross)
     for old_kv, new_kv in zip(kept, cross):
         for old, new in zip(old_kv, new_kv):
             if old.data_ptr() != new.data_ptr():

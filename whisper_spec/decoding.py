@@ -235,11 +235,11 @@ def _context(platform, main, assistant, options, temperature, seeds, floors, lan
     prompt_length = max(length + len(prefix) for length, prefix in zip(lengths, prefixes or [()] * len(languages)))
     if prompt_length >= max_length:
         raise ValueError(f"a decoder prompt of {prompt_length} tokens leaves no room under max_length {max_length}")
-    rules = LogitRules.kept(special, main.dims.n_vocab, options.timestamps, device)
+    rules = LogitRules.kept(main.decoder.kept.rules, special, main.dims.n_vocab, options.timestamps, device)
     # an assistant with a draft vocabulary gets its rules and argmax on those columns only
     draft_vocab = assistant.decoder.draft_vocab if assistant is not None else None
     draft_rules = rules if draft_vocab is None else LogitRules.kept(
-        special, main.dims.n_vocab, options.timestamps, device, vocab=draft_vocab)
+        main.decoder.kept.rules, special, main.dims.n_vocab, options.timestamps, device, vocab=draft_vocab)
     seeds = row_seeds(options.seed, seeds, device)
     floor_tokens = [special.timestamp_begin + round(max(seconds, 0.0) / TIME_PRECISION) for seconds in floors]
     end_floors = torch.tensor(floor_tokens, device=device).clamp(max=main.dims.n_vocab - 1)

@@ -13,7 +13,6 @@ from torch import Tensor
 
 from .caches import BatchCaches
 from .graphs import RoundGraph, buffer_layout, capture_round, step_graphs
-from .kept import Kept
 from .model import DecoderCaches
 from .pair import Whisper
 from .rules import LogitRules
@@ -92,22 +91,17 @@ class WholeRounds:
     graph: RoundGraph
 
 
-# by round_key, most recently used last, each holding its batch's buffers: capturing costs a warm-up
-# round and the capture, more than a short window's few rounds save, so a job's batches of one
-# configuration share a graph
-KEPT_WHOLE_ROUNDS = 8
-_WHOLE_ROUNDS: Kept[WholeRounds] = Kept(KEPT_WHOLE_ROUNDS)
-
-
 def whole_rounds(context: Context, state: State, k: int) -> WholeRounds | None:
     """This round, and the graph that replays the rounds after it: a kept one where this batch's
     configuration has one (the batch's values copied into its context and state, then a replay),
-    else one captured on this batch (this round is its warm-up). None where the capture fails."""
-    key = round_key(context, state, k)
-    rounds = _WHOLE_ROUNDS.recall(key)
+    else one captured on this batch (this round is its warm-up). None where the capture fails. Kept
+    by the main decoder (kept.DecoderKept.whole_rounds), by round_key: a job's batches of one
+    configuration share a graph, each holding its batch's buffers."""
+    key, store = round_key(context, state, k), context.main.decoder.kept.whole_rounds
+    rounds = store.recall(key)
     if rounds is None:
         graph = capture_round(functools.partial(fixed_round, context, state, k, first=False, direct=True))
-        return None if graph is None else _WHOLE_ROUNDS.keep(key, WholeRounds(context, state, graph))
+        return None if graph is None else store.keep(key, WholeRounds(context, state, graph))
     for kept, new in ((rounds.context, context), (rounds.state, state)):
         for field in fields(new):
             if isinstance(getattr(new, field.name), Tensor):

@@ -79,7 +79,7 @@ def write_ggml(model_dir: str | Path, output: str | Path, *, float16: bool = Tru
                          f"{dims.d_model}; whisper.cpp reads only Whisper's 4x")
     eot = SpecialTokens.from_model_dir(model_dir).eot
     state = _openai_state(Checkpoint(model_dir), dims)
-    filters = mel_filters(dims.n_mels, torch.device("cpu")).numpy()
+    filters = mel_filters(dims.n_mels)
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial")
     with partial.open("wb") as out:

@@ -16,7 +16,6 @@ cannot reopen a pool whose graphs are all gone (torch's "use_count > 0" internal
 from __future__ import annotations
 
 import warnings
-import weakref
 from typing import Callable
 
 import torch
@@ -125,11 +124,8 @@ def capture_round(run_round: Callable[[], None]) -> RoundGraph | None:
         return None
 
 
-_STEP_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
 def step_graphs(decoder) -> StepGraphs:
-    """The decoder's captured steps (made at first use)."""
-    if decoder not in _STEP_GRAPHS:
-        _STEP_GRAPHS[decoder] = StepGraphs()
-    return _STEP_GRAPHS[decoder]
+    """The decoder's captured steps, kept by the decoder (kept.DecoderKept; made at first use)."""
+    if decoder.kept.step_graphs is None:
+        decoder.kept.step_graphs = StepGraphs()
+    return decoder.kept.step_graphs

@@ -46,3 +46,27 @@ class Kept(Generic[Value]):
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._entries
+
+
+class DecoderKept:
+    """What a decoder keeps between batches, held by the decoder itself so that it belongs to the
+    loaded pair: two pairs in one process never share it, and releasing a pair releases it (no
+    module-level store holds a model, a cache or a graph)."""
+
+    # batch shapes whose self-attention caches and (stable) cross-attention states are kept, most
+    # recently used last: a job alternating batch sizes (the bench interleaves batch 1 and 4) finds
+    # each shape's buffers, and CUDA graphs captured on them, again
+    SHAPES = 4
+    # logit rules of recent (timestamps, device, vocabulary): making them takes vocabulary-wide ops and
+    # a host read, and every decoding pass needs them (twice with a draft vocabulary)
+    RULES = 16
+    # whole rounds captured with this decoder as the main model, by configuration: capturing costs a
+    # warm-up round and the capture, more than a short window's few rounds save
+    WHOLE_ROUNDS = 8
+
+    def __init__(self):
+        self.self_attention: Kept = Kept(self.SHAPES)  # caches.self_attention_caches
+        self.cross: Kept = Kept(self.SHAPES)  # caches.stable_cross
+        self.rules: Kept = Kept(self.RULES)  # rules.LogitRules.kept
+        self.whole_rounds: Kept = Kept(self.WHOLE_ROUNDS)  # fixed_shapes.whole_rounds
+        self.step_graphs = None  # graphs.StepGraphs, made at its first capture

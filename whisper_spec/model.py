@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .kept import DecoderKept
+
 
 @dataclass(frozen=True)
 class ModelDims:
@@ -412,6 +414,7 @@ class Decoder(nn.Module):
         # runs (platform.prepare: CUDA, half precision); decisions, "Flash cross-attention on GPUs"
         self.flash_cross_attention = False
         self.transposed_keys = False  # keys_in_memory's layout for its caches and cross states (platform.prepare)
+        self.kept = DecoderKept()  # its buffers, rules and graphs between batches: released with it
 
     @property
     def dtype(self) -> torch.dtype:

@@ -9,7 +9,6 @@ from .kept import Kept
 from .tokenizer import SpecialTokens
 
 NEG_INF = float("-inf")
-KEPT_RULES = 16  # LogitRules.kept: rules of recent (model, timestamps, device, vocabulary)
 
 
 class LogitRules:
@@ -48,14 +47,13 @@ class LogitRules:
                 self.at_begin = self.at_begin | (self.vocab > special.timestamp_begin + special.max_initial_timestamp_index)
 
     @classmethod
-    def kept(cls, special: SpecialTokens, n_vocab: int, timestamps: bool, device, vocab: Tensor | None = None
-             ) -> "LogitRules":
-        """The rules for these arguments, made at first use and kept (the most recent KEPT_RULES): making
-        them takes vocabulary-wide ops and a host read, and every decoding pass needs them (twice with a
-        draft vocabulary). Keyed by identity of special and vocab, which the rules hold, so a key's
-        objects stay alive while it is kept."""
+    def kept(cls, store: Kept, special: SpecialTokens, n_vocab: int, timestamps: bool, device,
+             vocab: Tensor | None = None) -> "LogitRules":
+        """The rules for these arguments from store (the main decoder's, kept.DecoderKept.rules), made
+        at first use. Keyed by identity of special and vocab, which the rules hold, so a key's objects
+        stay alive while it is kept."""
         key = (id(special), n_vocab, timestamps, str(device), None if vocab is None else id(vocab))
-        return _KEPT.get(key, lambda: cls(special, n_vocab, timestamps, device, vocab))
+        return store.get(key, lambda: cls(special, n_vocab, timestamps, device, vocab))
 
     def __call__(self, logits: Tensor, tokens: Tensor, lengths: Tensor, end_floors: Tensor, begins: Tensor) -> Tensor:
         """logits: [N, vocab] for the token after the first lengths[n] tokens of tokens[n] ([N, ctx]);
@@ -97,6 +95,3 @@ class LogitRules:
         # an EOT before the floor would leave speech undecoded; a timestamp at or past it is always open
         short = torch.where(last_ts_col >= 0, last_ts_token, ts_begin) < end_floors
         return masked | (short[:, None] & self.is_eot)
-
-
-_KEPT: Kept[LogitRules] = Kept(KEPT_RULES)

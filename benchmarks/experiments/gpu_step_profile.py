@@ -30,7 +30,6 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import SPEECH, manifest_rows, save_report, write_report  # noqa: E402
 
-from whisper_spec import fixed_shapes, graphs  # noqa: E402
 from whisper_spec.audio import load_audio  # noqa: E402
 from whisper_spec.decoding import decode_windows  # noqa: E402
 from whisper_spec.encoding import pair_features  # noqa: E402
@@ -84,9 +83,9 @@ def profile_mode(pair, mels, options) -> dict:
 def set_variant(pair, variant: str) -> None:
     """The pair's decoders as the variant has them; graphs captured for another variant dropped (a
     kept graph bakes its decoder's attention in)."""
-    fixed_shapes._WHOLE_ROUNDS.clear()
-    graphs._STEP_GRAPHS.clear()
     for decoder in (pair.main.decoder, pair.assistant.decoder):
+        decoder.kept.whole_rounds.clear()
+        decoder.kept.step_graphs = None
         decoder.flash_cross_attention = variant != "written-out"
 
 
