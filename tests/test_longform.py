@@ -3,7 +3,6 @@ pauses and quiet tails, word times out of pauses, and speculative == main-only i
 
 import json
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,9 @@ from whisper_spec.bench.made_audio import Spoken, language_switching, music, pod
 from whisper_spec.bench.metrics import normalize, word_error_rate
 from whisper_spec.options import ChunkingOptions, DecodingOptions, SubtitleOptions, VadOptions
 from whisper_spec.pair import WhisperPair, decoder_subset
-from whisper_spec.pipeline import Transcript, _plan, transcribe
+from whisper_spec.pipeline import transcribe
+from whisper_spec.transcript import Transcript
+from whisper_spec.windows import plan_file
 from whisper_spec.segments import Segment, keep_to_speech, skipped_stretch, without_blips
 from whisper_spec.timing import Word
 from whisper_spec.tokenizer import TIME_PRECISION
@@ -374,7 +375,7 @@ def test_speculative_long_form_equals_main_only(long_pair, batch_size, mode):
 def test_the_end_of_a_recording_is_transcribed(base_pair, mode):
     """Whisper ends this chapter's text early in the window that holds its end (the last sentence
     left for a next window). Windows one after another decode the rest again; a speech chunk's text
-    is held open to the end of its speech (pipeline._end_floor), so no chunk needs a window more."""
+    is held open to the end of its speech (windows.end_floor), so no chunk needs a window more."""
     path = speech("longform/librispeech-test-other_2414-128291_0000-0009.flac")
     audio, rate = soundfile.read(path, dtype="float32")
     loud = np.flatnonzero(np.abs(audio) > 0.02)
@@ -383,7 +384,7 @@ def test_the_end_of_a_recording_is_transcribed(base_pair, mode):
     assert abs(result.segments[-1].end - last_speech) <= 2.0
     assert result.text.lower().rstrip(".").endswith("behold this kind")  # the reference: "BEHOLD THESE KINE"
     if mode == "vad":
-        assert result.stats.windows == len(_plan(0, str(path), audio, MODES[mode]).windows)
+        assert result.stats.windows == len(plan_file(0, str(path), audio, MODES[mode]).windows)
 
 
 @pytest.mark.slow

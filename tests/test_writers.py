@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from whisper_spec.options import OUTPUT_FORMATS, SubtitleOptions
-from whisper_spec.pipeline import Transcript
+from whisper_spec.transcript import Transcript
 from whisper_spec.segments import Segment
 from whisper_spec.timing import Word
 from whisper_spec.writers import RENDERERS, cues, render

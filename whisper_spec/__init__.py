@@ -26,7 +26,7 @@ _PUBLIC = {
     "DecodingOptions": "options", "ChunkingOptions": "options", "VadOptions": "options", "DistillOptions": "options", "BenchOptions": "options",
     "decode_windows": "decoding", "DecodingStats": "stats",
     "load_model": "load", "load_pair": "load", "WhisperPair": "pair", "IncompatiblePair": "pair",
-    "transcribe": "pipeline", "Transcript": "pipeline", "Failure": "pipeline", "Segment": "segments",
+    "transcribe": "pipeline", "Transcript": "transcript", "Failure": "transcript", "Segment": "segments",
     "render": "writers", "write_outputs": "writers", "SubtitleOptions": "options",
     "run_bench": "bench.harness",
 }

@@ -16,7 +16,8 @@ from typing import Callable
 from .jobs import AudioProgress, Job
 from .options import BATCH_SIZE, ChunkingOptions, DecodingOptions, SubtitleOptions
 from .pair import WhisperPair
-from .pipeline import Failure, Transcript, transcribe
+from .pipeline import transcribe
+from .transcript import Failure, Transcript
 from .stats import DecodingStats
 from .writers import segment_line, write_atomic, write_outputs
 

@@ -40,7 +40,7 @@ def encoder_states(model: Whisper, mel: Tensor, known: list[Tensor | None] | Non
     call where the platform says so (CPU: a window's states then do not depend on the windows
     beside it, and batching never changes a transcript; decisions, "One encoder window a call on CPU").
     known: per row, the window's states where already computed ([1, frames, d_model]; the file's
-    language detection, pipeline._file_language): those rows are not encoded again."""
+    language detection, chunk_languages.file_language): those rows are not encoded again."""
     if known is not None and any(k is not None for k in known):
         missing = [i for i, k in enumerate(known) if k is None]
         fresh = iter(encoder_states(model, mel[missing]).split(1) if missing else ())

@@ -22,7 +22,7 @@ from .decoding import decode_encoded, encode_batch
 from .encoding import pair_features
 from .options import DecodingOptions, VadOptions
 from .pair import WhisperPair
-from .pipeline import Transcript
+from .transcript import Transcript
 from .segments import Segment, window_segments
 from .stats import DecodingStats
 from .tokenizer import TIME_PRECISION

@@ -18,7 +18,7 @@ class LogitRules:
     suppress tokens always, and with timestamps the timestamp rules (pairs, monotonic, initial
     timestamp at most max_initial_timestamp_index, timestamps forced when their total probability
     beats every text token), and one of ours: a row's text does not end before its timestamps reach
-    the row's end floor (long audio: near where the window's speech ends, pipeline._end_floor).
+    the row's end floor (long audio: near where the window's speech ends, windows.end_floor).
     """
 
     def __init__(self, special: SpecialTokens, n_vocab: int, timestamps: bool, device, vocab: Tensor | None = None):

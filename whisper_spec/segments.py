@@ -12,11 +12,11 @@ from .vad import clamp_to_speech, speech_within
 
 # Whisper often ends a window's text early, before speech that is still in the window: when its last
 # segment ends this many seconds or more before the window does, the rest is decoded as a window of
-# its own (pipeline._resume_at), until a window's text reaches its end or adds nothing.
+# its own (windows._resume_at), until a window's text reaches its end or adds nothing.
 TAIL_SECONDS = 1.0
 
 # A speech chunk's text is held open instead to this many seconds before its speech's end
-# (pipeline._end_floor), and a rest holding no more speech than that is not decoded again. Whisper's
+# (windows.end_floor), and a rest holding no more speech than that is not decoded again. Whisper's
 # segment ends are coarse: closer, a segment it closed just short was followed by invented text
 # (docs/decisions.md, "Held open to 0.75 s before the speech's end").
 END_SLACK_SECONDS = 0.75
@@ -24,7 +24,7 @@ END_SLACK_SECONDS = 0.75
 # Whisper sometimes skips a stretch of speech and writes what follows it from the stretch's start;
 # DTW then stretches the first word after the skip back over it. A word whose time holds more than
 # this many seconds of the detector's speech marks such a skip: the stretch is decoded again on its
-# own (pipeline._skipped; docs/decisions.md, "Long audio").
+# own (windows.follow; docs/decisions.md, "Long audio").
 SKIP_SECONDS = 2.0
 
 # A segment less than this fraction of whose time the voice activity detector hears as speech

@@ -34,7 +34,7 @@ from .audio import AudioError, load_audio
 from .live import LiveUpdate
 from .options import TEMPERATURE_INCREMENT, ChunkingOptions, DecodingOptions, ServerOptions, temperature_schedule
 from .pair import WhisperPair
-from .pipeline import Failure, Transcript
+from .transcript import Failure, Transcript
 from .serving import Busy, Scheduler
 from .writers import render
 

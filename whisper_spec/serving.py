@@ -24,7 +24,8 @@ from .audio import SAMPLE_RATE
 from .live import LiveStream, LiveUpdate, finish, transcript, update
 from .options import ChunkingOptions, DecodingOptions
 from .pair import WhisperPair
-from .pipeline import Failure, Transcript, _Job, transcribe
+from .pipeline import DecodingJob, transcribe
+from .transcript import Failure, Transcript
 
 LIVE_STEP_SECONDS = 1.0  # a live stream is updated once it has this much new audio (live.py's figures)
 # when one is, every other stream with this much new audio joins its batch: streams out of step share batches
@@ -169,7 +170,7 @@ class Scheduler:
                 self.stats.finished += 1
 
     def _run(self) -> None:
-        jobs: dict[DecodingOptions, _Job] = {}
+        jobs: dict[DecodingOptions, DecodingJob] = {}
         requests: dict[tuple[DecodingOptions, int], _Request] = {}
         lives: dict[int, _Live] = {}
         while True:
@@ -257,7 +258,7 @@ class Scheduler:
         key = replace(request.options, language=None, prompt=None)
         job = jobs.get(key)
         if job is None:
-            job = jobs[key] = _Job(self.pair, {}, key, self.max_batch, self.chunking, {}, {}, None, None)
+            job = jobs[key] = DecodingJob(self.pair, {}, key, self.max_batch, self.chunking, {}, {}, None, None)
         request.index = next(self._ids)
         path = job.paths[request.index] = f"{request.index}:{request.name}"  # what languages and prompts are keyed by
         if request.options.prompt is not None:
@@ -271,7 +272,7 @@ class Scheduler:
             job.done[request.index] = Failure(request.name, f"{request.name}: {error}")
         self._deliver(job, requests)
 
-    def _flush(self, job: _Job, requests: dict) -> None:
+    def _flush(self, job: DecodingJob, requests: dict) -> None:
         """Decode the next batch of a job; where it fails, its requests are decoded one by one, and only
         one whose own decoding fails gets a Failure."""
         kind = next(iter(job.pending))
@@ -293,7 +294,7 @@ class Scheduler:
         except Exception as error:  # noqa: BLE001
             return Failure(request.name, f"{request.name}: {type(error).__name__}: {error}")
 
-    def _deliver(self, job: _Job, requests: dict) -> None:
+    def _deliver(self, job: DecodingJob, requests: dict) -> None:
         """Hand the job's finished results to their requests, and forget them."""
         for index in list(job.done):
             request = requests.pop((job.options, index))
@@ -347,11 +348,11 @@ def _answer(request: _Request, result: Transcript | Failure) -> None:
         pass
 
 
-def _oldest(job: _Job) -> int:
+def _oldest(job: DecodingJob) -> int:
     return min(w.file for windows in job.pending.values() for w in windows)
 
 
-def _withdraw(job: _Job, index: int) -> None:
+def _withdraw(job: DecodingJob, index: int) -> None:
     """A request's windows out of the job's queue, and its file and result out of the job."""
     for kind in list(job.pending):
         job.pending[kind] = [w for w in job.pending[kind] if w.file != index]
@@ -361,7 +362,7 @@ def _withdraw(job: _Job, index: int) -> None:
     job.done.pop(index, None)
 
 
-def _forget(job: _Job, index: int) -> None:
+def _forget(job: DecodingJob, index: int) -> None:
     """What a job keeps of a request by its name: nothing once it has left (a server runs for days)."""
     path = job.paths.pop(index, None)
     job.languages.pop(path, None)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from .options import SubtitleOptions
-from .pipeline import Transcript
+from .transcript import Transcript
 from .segments import Segment
 from .tokenizer import TIME_PRECISION
 
