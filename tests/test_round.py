@@ -6,7 +6,7 @@ import torch
 from conftest import RANDOM_DIMS, perturbed_decoder, random_model
 
 from whisper_spec.caches import BatchCaches
-from whisper_spec.decoding import _context
+from whisper_spec.decoding import Limits, RowRequest, _context
 from whisper_spec.kept import DecoderKept, Kept
 from whisper_spec.options import DecodingOptions
 from whisper_spec.pair import WhisperPair
@@ -64,8 +64,8 @@ def _round(batch=3, temperature=0.0, max_length=40, **options):
     states = torch.zeros(batch, main.dims.n_audio_ctx, main.dims.d_model)
     caches = BatchCaches([(model.decoder, model.decoder.cross_states(states)) for model in (main, pair.assistant)],
                          n_ctx, row_invariant=True)
-    context = _context(pair.platform, main, pair.assistant, options, temperature, [0] * batch, [0.0] * batch, languages,
-                       n_ctx, max_length, CPU, caches, False)
+    context = _context(pair, pair.assistant, options, temperature, [RowRequest("en")] * batch, languages, caches,
+                       Limits(n_ctx, max_length), graphs=False, hinted=False)
     return context, initial_state(context, languages)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -37,6 +37,18 @@ def auto_drafts(platform: Platform, assistant_cross: CrossStates, batch: int) ->
     assistant's cross-attention states hold, draft (Platform.auto_max_draft_frames)."""
     limit = platform.auto_max_draft_frames
     return limit is None or batch * assistant_cross[0][0].shape[-2] <= limit
+
+
+@dataclass(frozen=True)
+class RowRequest:
+    """What one row of a batch asks besides its audio (decode_encoded's per-row arguments)."""
+
+    language: str | None  # None: detected
+    seed: int = 0  # the window's own, mixed with DecodingOptions.seed
+    end_floor: float = 0.0  # seconds into the window its text's timestamps reach before it may end
+    previous: tuple[int, ...] = ()  # its prompt's tokens after <|startofprev|> (previous_tokens)
+    prefix: tuple[int, ...] = ()  # tokens its result begins with, as if the main model had chosen them
+    hint: tuple[int, ...] | None = None  # a hypothesis of the same audio it drafts from (speculative.hint_proposals)
 
 
 def encode_batch(pair: WhisperPair, mel: Tensor, options: DecodingOptions, assistant_mel: Tensor | None = None,
@@ -107,29 +119,31 @@ def decode_encoded(
     probabilities), so both modes decode the same windows again and keep the same texts."""
     batch = encoded.batch
     stats = stats or DecodingStats(windows=batch)
-    languages = list(languages) if languages is not None else [options.language] * batch
-    seeds = list(seeds) if seeds is not None else [0] * batch
-    floors = list(end_floors) if end_floors is not None else [0.0] * batch
-    hints = [None if h is None else tuple(h) for h in hints] if hints is not None else [None] * batch
-    prompts = list(prompts) if prompts is not None else [options.prompt] * batch
-    prefixes = [tuple(p) for p in prefixes] if prefixes is not None else [()] * batch
-    if not len(languages) == len(seeds) == len(floors) == len(hints) == len(prompts) == len(prefixes) == batch:
-        raise ValueError(f"{len(languages)} languages, {len(seeds)} seeds, {len(floors)} end floors, {len(hints)} "
-                         f"hints, {len(prompts)} prompts and {len(prefixes)} prefixes for {batch} windows")
-    if any(t < 0 or t >= pair.main.dims.n_vocab or t == pair.main.special.eot for p in prefixes for t in p):
+    given = {"languages": languages, "seeds": seeds, "end floors": end_floors, "hints": hints, "prompts": prompts,
+             "prefixes": prefixes}
+    if any(values is not None and len(values) != batch for values in given.values()):
+        raise ValueError(", ".join(f"{len(v)} {name}" for name, v in given.items() if v is not None) + f" for {batch} windows")
+    if any(t < 0 or t >= pair.main.dims.n_vocab or t == pair.main.special.eot for p in prefixes or () for t in p):
         raise ValueError(f"a prefix's token ids are text and timestamp tokens, below {pair.main.dims.n_vocab}, not EOT")
-    previous = [previous_tokens(pair.main, prompt) for prompt in prompts]
+    requests = [RowRequest(language=languages[i] if languages is not None else options.language,
+                           seed=seeds[i] if seeds is not None else 0,
+                           end_floor=end_floors[i] if end_floors is not None else 0.0,
+                           previous=previous_tokens(pair.main, prompts[i] if prompts is not None else options.prompt),
+                           prefix=tuple(prefixes[i]) if prefixes is not None else (),
+                           hint=tuple(hints[i]) if hints is not None and hints[i] is not None else None)
+                for i in range(batch)]
     first_temperature, *fallbacks = options.temperature
-    attempts = [[r] for r in _by_prompt_length(pair, encoded, options, first_temperature, list(range(batch)), languages,
-                                               seeds, floors, previous, prefixes, hints, stats)]
+    attempts = [[r] for r in _by_prompt_length(pair, encoded, options, first_temperature, list(range(batch)), requests,
+                                               stats)]
     retry = [i for i, tried in enumerate(attempts) if needs_fallback(tried[-1], options)]
     for temperature in fallbacks:
         if not retry:
             break
-        # graphs off: a capture for each such batch would cost more than its steps save
+        # graphs off: a capture for each such batch would cost more than its steps save; each row in
+        # the language its first pass decided
         pass_stats = DecodingStats(fallbacks=len(retry))
-        results = _by_prompt_length(pair, encoded, replace(options, cuda_graphs=False), temperature, retry,
-                                    [tried[0].language for tried in attempts], seeds, floors, previous, prefixes, hints,
+        requests = [replace(request, language=tried[0].language) for request, tried in zip(requests, attempts)]
+        results = _by_prompt_length(pair, encoded, replace(options, cuda_graphs=False), temperature, retry, requests,
                                     pass_stats)
         stats.add(pass_stats)
         for i, result in zip(retry, results):
@@ -150,35 +164,31 @@ def _assistant(pair: WhisperPair, options: DecodingOptions, hinted: bool = False
 
 
 def _by_prompt_length(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, temperature: float,
-                      rows: list[int], languages: list, seeds: list[int], floors: list[float],
-                      previous: list[tuple[int, ...]], prefixes: list[tuple[int, ...]], hints: list,
-                      stats: DecodingStats) -> list[WindowResult]:
-    """_decode_pass of these rows of the batch (languages .. hints: the whole batch's), together where
-    the kernels are row-invariant, else in groups of one length of prompt and prefix: fixed shapes read
+                      rows: list[int], requests: list[RowRequest], stats: DecodingStats) -> list[WindowResult]:
+    """_decode_pass of these rows of the batch (requests: the whole batch's), together where the
+    kernels are row-invariant, else in groups of one length of prompt and prefix: fixed shapes read
     them in a window as wide as they are (fixed_shapes.fixed_draft)."""
     groups: dict[tuple, list[int]] = {}
     for row in rows:  # one length, and SOT at one place in it (where the no-speech probability is read)
-        groups.setdefault(() if pair.platform.row_invariant else (len(previous[row]), len(prefixes[row])), []).append(row)
+        request = requests[row]
+        groups.setdefault(() if pair.platform.row_invariant else (len(request.previous), len(request.prefix)), []
+                          ).append(row)
     found = {}
     for group in groups.values():
         index = None if group == list(range(encoded.batch)) else torch.tensor(group, device=pair.device)
-        results = _decode_pass(pair, encoded, options, temperature, *([values[i] for i in group] for values in (
-            languages, seeds, floors, previous, prefixes, hints)), stats, rows=index)
+        results = _decode_pass(pair, encoded, options, temperature, [requests[i] for i in group], stats, rows=index)
         found.update(zip(group, results))
     return [found[row] for row in rows]
 
 
 def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, temperature: float,
-                 languages: list[str | None], seeds: list[int], floors: list[float], previous: list[tuple[int, ...]],
-                 prefixes: list[tuple[int, ...]], hints: list[tuple[int, ...] | None], stats: DecodingStats,
-                 rows: Tensor | None = None
-                 ) -> list[WindowResult]:
+                 requests: list[RowRequest], stats: DecodingStats, rows: Tensor | None = None) -> list[WindowResult]:
     """One decoding at this temperature (0: greedy) of every row of the batch, or of these rows."""
-    main, device, batch = pair.main, pair.device, len(languages)
+    main, device, batch = pair.main, pair.device, len(requests)
     hinted = (options.speculation != "off" and pair.platform.row_invariant  # fixed shapes draft from the assistant only
-              and any(h is not None for h in hints))
+              and any(r.hint is not None for r in requests))
     assistant = _assistant(pair, options, hinted)
-    languages = [main.special.language_code(language) for language in languages]
+    languages = [main.special.language_code(r.language) for r in requests]
     max_length = min(options.max_length or main.dims.n_text_ctx, main.dims.n_text_ctx)
     # one cache length for main-only and speculative decoding: attention spans the whole cache, so
     # equal lengths keep a position's logits independent of the mode (see Decoder.features)
@@ -198,10 +208,10 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
         languages = [language or code for language, code in zip(languages, found)]
     if not main.special.multilingual:
         languages = ["en"] * batch
-    context = _context(pair.platform, main, assistant, options, temperature, seeds, floors, languages, n_ctx,
-                       max_length, device, caches, graphs, tuple(previous), tuple(prefixes), tuple(hints) if hinted else None)
+    context = _context(pair, assistant, options, temperature, requests, languages, caches,
+                       Limits(n_ctx, max_length), graphs, hinted)
     state = initial_state(context, languages)
-    if after_sot is not None and context.judges_silence and not any(previous):  # else read at SOT after the prompt
+    if after_sot is not None and context.judges_silence and not any(r.previous for r in requests):  # else at SOT after the prompt
         read_no_speech(context, state, after_sot)
     (speculative_decode if context.fixed_width is None else fixed_shape_decode)(context, state, stats)
     synchronize(device)
@@ -226,40 +236,52 @@ def previous_tokens(model: Whisper, prompt: str | tuple[int, ...] | None) -> tup
     return tuple(prompt[-(model.dims.n_text_ctx // 2 - 1):])
 
 
-def _context(platform, main, assistant, options, temperature, seeds, floors, languages, n_ctx, max_length, device,
-             caches, graphs, previous: tuple[tuple[int, ...], ...] = (), prefixes: tuple[tuple[int, ...], ...] = (),
-             hints: tuple | None = None) -> Context:
+@dataclass(frozen=True)
+class Limits:
+    n_ctx: int  # decoder cache positions, alike in both modes
+    max_length: int  # a row's tokens, prompt included
+
+
+def _context(pair: WhisperPair, assistant: Whisper | None, options: DecodingOptions, temperature: float,
+             requests: list[RowRequest], languages: list[str], caches: BatchCaches, limits: Limits, graphs: bool,
+             hinted: bool) -> Context:
+    """A pass's fixed context, from its named parts: the rows' prompts, the logit rules, the rows'
+    tensors, the drafting settings and the platform's choices."""
+    main, platform, device = pair.main, pair.platform, pair.device
     special = main.special
-    lengths = [len(special.prompt(language, options.task, options.timestamps, row_previous))
-               for language, row_previous in zip(languages, previous or [()] * len(languages))]
-    prompt_length = max(length + len(prefix) for length, prefix in zip(lengths, prefixes or [()] * len(languages)))
-    if prompt_length >= max_length:
-        raise ValueError(f"a decoder prompt of {prompt_length} tokens leaves no room under max_length {max_length}")
+    lengths = [len(special.prompt(language, options.task, options.timestamps, r.previous))
+               for language, r in zip(languages, requests)]
+    prompt_length = max(length + len(r.prefix) for length, r in zip(lengths, requests))
+    if prompt_length >= limits.max_length:
+        raise ValueError(f"a decoder prompt of {prompt_length} tokens leaves no room under max_length {limits.max_length}")
     rules = LogitRules.kept(main.decoder.kept.rules, special, main.dims.n_vocab, options.timestamps, device)
     # an assistant with a draft vocabulary gets its rules and argmax on those columns only
     draft_vocab = assistant.decoder.draft_vocab if assistant is not None else None
     draft_rules = rules if draft_vocab is None else LogitRules.kept(
         main.decoder.kept.rules, special, main.dims.n_vocab, options.timestamps, device, vocab=draft_vocab)
-    seeds = row_seeds(options.seed, seeds, device)
-    floor_tokens = [special.timestamp_begin + round(max(seconds, 0.0) / TIME_PRECISION) for seconds in floors]
-    end_floors = torch.tensor(floor_tokens, device=device).clamp(max=main.dims.n_vocab - 1)
+    floor_tokens = [special.timestamp_begin + round(max(r.end_floor, 0.0) / TIME_PRECISION) for r in requests]
     max_draft = 0 if assistant is None else (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens)
-    if hints is not None:  # a hint drafts as far as the cache leaves room for (n_ctx)
+    if hinted:  # a hint drafts as far as the cache leaves room for (n_ctx)
         max_draft = max(max_draft, options.max_draft_tokens)
-    drafts = assistant is not None and (options.speculation == "on" or (
-        options.speculation == "auto" and auto_drafts(platform, caches.assistant.cross, len(languages))))
-    # the widest round either mode can have, whether or not there is an assistant
-    fixed_width = None
+    fixed_width = None  # the widest round either mode can have, whether or not there is an assistant
     if not platform.row_invariant:
         fixed_width = (options.max_draft_tokens if options.adaptive_draft else options.draft_tokens) + 1
-    step = compiled_draft_logits if options.compile and platform.compiles == "drafts" else draft_logits
-    judges_silence = options.no_speech_threshold is not None and special.no_speech is not None
-    judges_text = options.logprob_threshold is not None and len(options.temperature) > 1
-    begins = torch.tensor(lengths, device=device)
-    return Context(main, assistant, options, rules, draft_rules, temperature, seeds, end_floors, begins, prompt_length, n_ctx,
-                    max_length, max_draft, drafts, fixed_width, graphs, step, caches, judges_silence, judges_text,
-                    platform.rounds_per_read, compiles_rounds=options.compile and platform.compiles == "rounds",
-                    previous=previous, prefixes=prefixes, hints=hints)
+    return Context(
+        main=main, assistant=assistant, options=options, rules=rules, draft_rules=draft_rules, temperature=temperature,
+        seeds=row_seeds(options.seed, [r.seed for r in requests], device),
+        end_floors=torch.tensor(floor_tokens, device=device).clamp(max=main.dims.n_vocab - 1),
+        begins=torch.tensor(lengths, device=device), prompt_length=prompt_length,
+        n_ctx=limits.n_ctx, max_length=limits.max_length, max_draft=max_draft,
+        drafts=assistant is not None and (options.speculation == "on" or (
+            options.speculation == "auto" and auto_drafts(platform, caches.assistant.cross, len(requests)))),
+        fixed_width=fixed_width, graphs=graphs,
+        draft_logits=compiled_draft_logits if options.compile and platform.compiles == "drafts" else draft_logits,
+        caches=caches,
+        judges_silence=options.no_speech_threshold is not None and special.no_speech is not None,
+        judges_text=options.logprob_threshold is not None and len(options.temperature) > 1,
+        rounds_per_read=platform.rounds_per_read, compiles_rounds=options.compile and platform.compiles == "rounds",
+        previous=tuple(r.previous for r in requests), prefixes=tuple(r.prefix for r in requests),
+        hints=tuple(r.hint for r in requests) if hinted else None)
 
 
 def _results(state: State, context: Context, languages: list[str], language_probabilities: list[float | None],

@@ -28,7 +28,7 @@ from .caches import BatchCaches
 from .options import DecodingOptions
 from .pair import Whisper
 from .rules import LogitRules
-from .sampling import choose_tokens, position_uniforms, sample_tokens
+from .sampling import choose_tokens
 from .stats import DecodingStats, host_timed, timed_part
 
 
@@ -400,11 +400,8 @@ def accept(context: Context, state: State, k: int, round_drafts: Tensor, logits:
     drafts = state.tokens.gather(1, positions[:, :k])
     eligible = steps[:k] < round_drafts[:, None]
     target = torch.full((len(state.tokens), k + 1), context.main.special.eot, device=logits.device)
-    if context.temperature == 0:
-        target[scored] = logits.argmax(dim=-1)
-    else:
-        uniforms = position_uniforms(context.seeds[:, None].expand_as(positions)[scored], positions[scored])
-        target[scored] = sample_tokens(logits, context.temperature, uniforms)
+    target[scored] = choose_tokens(logits, context.temperature, context.seeds[:, None].expand_as(positions)[scored],
+                                   positions[scored])
     return accept_greedy(target, drafts, eligible)
 
 
