@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 from _common import SPEECH, manifest_rows, parse_args, progress, write_report
 
-from whisper_spec.batch import job_outputs, run_batch
+from whisper_spec.jobs.batch import job_outputs, run_batch
 from whisper_spec.bench.metrics import machine_info
-from whisper_spec.jobs import Job
-from whisper_spec.load import load_pair
+from whisper_spec.jobs.inputs import Job
+from whisper_spec.models.load import load_pair
 from whisper_spec.options import DecodingOptions, RayOptions
 
 FORMATS = ["txt", "json"]
@@ -40,7 +40,7 @@ def main() -> int:
     args = parse_args(parser, limit=2)
     import ray
 
-    from whisper_spec.ray_batch import run_batch_ray
+    from whisper_spec.jobs.ray_batch import run_batch_ray
 
     rows = [r for r in manifest_rows() if r["set"] == "librispeech"][: args.limit]
     jobs = [Job(SPEECH / r["path"], str(Path(r["path"]).with_suffix("")), r["language"]) for r in rows]

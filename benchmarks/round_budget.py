@@ -25,13 +25,13 @@ import torch
 from _common import SPEECH, command_line_pair, manifest_rows, parse_args, write_report
 from tqdm import tqdm
 
-import whisper_spec.decoding as decoding
-from whisper_spec.audio import batch_features, load_audio
+import whisper_spec.decode.decoding as decoding
+from whisper_spec.speech.audio import batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info
-from whisper_spec.encoding import encode
+from whisper_spec.decode.encoding import encode
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import decoder_precision
-from whisper_spec.stats import DecodingStats, round_costs
+from whisper_spec.models.pair import decoder_precision
+from whisper_spec.decode.stats import DecodingStats, round_costs
 
 
 def measure(pair, mels: list[torch.Tensor], languages: list[str], draft_tokens: list[int], target: float, label: str

@@ -36,8 +36,8 @@ from _common import SPEECH, command_line_pair, manifest_rows, parse_args, progre
 
 from whisper_spec.bench.metrics import machine_info
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pipeline import transcribe
-from whisper_spec.sources import ct2_source
+from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.models.sources import ct2_source
 
 
 def free_port() -> int:

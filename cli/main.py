@@ -30,7 +30,7 @@ def _pick_device(device: str | None, dtype: str | None, int8: bool | None = Fals
     """Device, dtype and int8 decoders from the flags; None: the device's default (platform.default_precision)."""
     import torch
 
-    from whisper_spec.platform import default_device, default_precision
+    from whisper_spec.models.platform import default_device, default_precision
 
     device = device or str(default_device())
     int8, dtype = default_precision(torch.device(device), int8, dtype)
@@ -51,7 +51,7 @@ def _options(cls, **values):
 def pair_args(args) -> dict:
     """load_pair's arguments for the model pair the options name: the model's shipped assistant
     unless --assistant says otherwise."""
-    from whisper_spec.load import DEFAULT_ASSISTANT
+    from whisper_spec.models.load import DEFAULT_ASSISTANT
 
     assistant = DEFAULT_ASSISTANT if args.assistant is None else args.assistant
     if str(assistant).lower() == "none":
@@ -63,7 +63,7 @@ def pair_args(args) -> dict:
 
 def load_from_args(args, note):
     """The model pair the options name (pair_args), loaded."""
-    from whisper_spec.load import DEFAULT_ASSISTANT, load_pair
+    from whisper_spec.models.load import DEFAULT_ASSISTANT, load_pair
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if args.threads and cores and args.threads > cores:
@@ -97,7 +97,7 @@ def _setup(args, formats: list[str], load: bool = True):
     """Decoding, chunking and subtitle options, checked, then the model pair (None unless load) and a
     note printer."""
     from whisper_spec.options import SubtitleOptions
-    from whisper_spec.writers import SUBTITLES, TIMED
+    from whisper_spec.outputs.writers import SUBTITLES, TIMED
 
     timestamps = args.timestamps if args.timestamps is not None else any(f in TIMED for f in formats)
     note = _notes(args.quiet)
@@ -135,16 +135,16 @@ def _setup(args, formats: list[str], load: bool = True):
 
 def _special_tokens(model: str):
     """The model's special tokens without loading its weights."""
-    from whisper_spec.sources import resolve_model
-    from whisper_spec.tokenizer import SpecialTokens
+    from whisper_spec.models.sources import resolve_model
+    from whisper_spec.models.tokenizer import SpecialTokens
 
     return SpecialTokens.from_model_dir(resolve_model(model))
 
 
 def cmd_transcribe(args) -> int:
-    from whisper_spec.jobs import AudioProgress, jobs_of_files
-    from whisper_spec.pipeline import Failure, transcribe
-    from whisper_spec.writers import check_output_dir, render, segment_line, write_outputs
+    from whisper_spec.jobs.inputs import AudioProgress, jobs_of_files
+    from whisper_spec.longform.pipeline import Failure, transcribe
+    from whisper_spec.outputs.writers import check_output_dir, render, segment_line, write_outputs
 
     formats = _formats(args)
     if args.output_dir is not None:
@@ -196,9 +196,9 @@ def cmd_transcribe(args) -> int:
 
 
 def cmd_batch(args) -> int:
-    from whisper_spec.batch import SUMMARY_FILE, outputs_exist, run_batch
-    from whisper_spec.jobs import AUDIO_SUFFIXES, collect_jobs, passed_over
-    from whisper_spec.writers import check_output_dir
+    from whisper_spec.jobs.batch import SUMMARY_FILE, outputs_exist, run_batch
+    from whisper_spec.jobs.inputs import AUDIO_SUFFIXES, collect_jobs, passed_over
+    from whisper_spec.outputs.writers import check_output_dir
 
     formats = _formats(args)
     check_output_dir(args.output_dir)
@@ -220,7 +220,7 @@ def cmd_batch(args) -> int:
     try:
         if args.ray is not None:
             from whisper_spec.options import RayOptions
-            from whisper_spec.ray_batch import run_batch_ray
+            from whisper_spec.jobs.ray_batch import run_batch_ray
 
             ray_options = _options(RayOptions, address=None if args.ray == "local" else args.ray,
                                    actors=args.ray_actors, threads=args.ray_threads)
@@ -252,7 +252,7 @@ def cmd_distill(args) -> int:
     import shlex
 
     from whisper_spec.distill.train import distill
-    from whisper_spec.load import load_pair
+    from whisper_spec.models.load import load_pair
 
     init_layers = tuple(int(i) for i in args.init_layers.split(",")) if args.init_layers else None
     head_features = tuple(int(i) for i in args.head_features.split(",")) if args.head_features else ()
@@ -280,9 +280,9 @@ def cmd_distill(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from whisper_spec.export import save_model
-    from whisper_spec.load import as_dtype, load_pair
-    from whisper_spec.pair import is_distilled_assistant
+    from whisper_spec.models.export import save_model
+    from whisper_spec.models.load import as_dtype, load_pair
+    from whisper_spec.models.pair import is_distilled_assistant
 
     if not is_distilled_assistant(Path(args.assistant)):
         raise ValueError(f"{args.assistant}: not a distilled assistant directory (no assistant.json)")
@@ -299,7 +299,7 @@ def cmd_bench(args) -> int:
     from whisper_spec.bench.data import load_utterances
     from whisper_spec.bench.harness import run_bench
     from whisper_spec.bench.report import markdown_table, write_outputs
-    from whisper_spec.load import load_pair
+    from whisper_spec.models.load import load_pair
 
     note = _notes(args.quiet)
     batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
@@ -332,8 +332,8 @@ def cmd_bench(args) -> int:
 
 
 def cmd_quantize(args) -> int:
-    from whisper_spec.export import save_int8
-    from whisper_spec.load import as_dtype
+    from whisper_spec.models.export import save_int8
+    from whisper_spec.models.load import as_dtype
 
     path = save_int8(args.model, args.output, dtype=as_dtype(args.dtype))
     size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
@@ -342,7 +342,7 @@ def cmd_quantize(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from whisper_spec.sources import EMBEDDED_MODELS, ModelNotFound, default_assistant, list_models, prepare_embedded
+    from whisper_spec.models.sources import EMBEDDED_MODELS, ModelNotFound, default_assistant, list_models, prepare_embedded
 
     if args.prepare is not None:
         for name in args.prepare or list(EMBEDDED_MODELS):
@@ -389,7 +389,7 @@ def cmd_serve(args) -> int:
 
     import uvicorn
 
-    from whisper_spec.server import create_app
+    from whisper_spec.serve.server import create_app
 
     note(f"serving {options.model_id} at http://{args.host}:{args.port}/v1/audio/transcriptions "
          f"(batches of up to {options.max_batch} windows, {options.max_queue} requests in flight)")
@@ -405,7 +405,7 @@ def _live_audio(args, step: int):
     raw 16 kHz PCM from stdin, or the microphone."""
     import numpy as np
 
-    from whisper_spec.audio import SAMPLE_RATE, load_audio
+    from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 
     if args.realtime is not None:
         audio, started = load_audio(str(args.realtime)), time.monotonic()
@@ -430,9 +430,9 @@ def _live_audio(args, step: int):
 def cmd_live(args) -> int:
     """Update a live stream every --step seconds, printing confirmed text and the tentative tail; write
     the final transcript when the audio ends or on Ctrl-C."""
-    from whisper_spec.audio import SAMPLE_RATE
-    from whisper_spec.live import LiveStream, finish, transcript, update
-    from whisper_spec.writers import check_output_dir, render, write_outputs
+    from whisper_spec.speech.audio import SAMPLE_RATE
+    from whisper_spec.serve.live import LiveStream, finish, transcript, update
+    from whisper_spec.outputs.writers import check_output_dir, render, write_outputs
 
     if args.step <= 0:
         raise ValueError(f"--step {args.step}: must be more than 0 seconds")

@@ -24,7 +24,7 @@ from whisper_spec.options import (
     ServerOptions,
     VadOptions,
 )
-from whisper_spec.sources import DEFAULT_MODEL
+from whisper_spec.models.sources import DEFAULT_MODEL
 
 PROG = "whisper-spec"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
 
-from whisper_spec import sources
+from whisper_spec.models import sources
 
 YUE = 50358  # large-v3's <|yue|>: the languages' last, before <|translate|>
 # large-v3's published alignment heads: a distilled copy lists them though its decoder has two layers

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from conftest import SPEECH, manifest
 
-from whisper_spec.batch import FAILURES_FILE, SUMMARY_FILE, run_batch
-from whisper_spec.jobs import Job, collect_jobs
+from whisper_spec.jobs.batch import FAILURES_FILE, SUMMARY_FILE, run_batch
+from whisper_spec.jobs.inputs import Job, collect_jobs
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import WhisperPair, decoder_subset
-from whisper_spec.pipeline import transcribe
+from whisper_spec.models.pair import WhisperPair, decoder_subset
+from whisper_spec.longform.pipeline import transcribe
 
 
 def test_a_manifests_prompt_is_read_and_checked(tmp_path):
@@ -184,8 +184,8 @@ def test_each_file_reads_its_own_prompt_in_a_mixed_job(pair, tmp_path):
 def test_a_file_where_nobody_speaks_adds_no_language_to_the_summary(tmp_path):
     """Its transcript claims no language (pipeline), and the summary's acceptance by language gains no
     entry for it (it was "nn": null)."""
-    from whisper_spec.batch import BatchLog
-    from whisper_spec.stats import DecodingStats
+    from whisper_spec.jobs.batch import BatchLog
+    from whisper_spec.decode.stats import DecodingStats
 
     jobs = [Job(tmp_path / "talk.wav", "talk"), Job(tmp_path / "noise.wav", "noise")]
     log = BatchLog(jobs, tmp_path / "out", ["txt"], progress=False)
@@ -201,14 +201,14 @@ def test_one_job_at_a_time_writes_into_an_output_folder_and_a_rerun_with_nothing
     import subprocess
     import sys
 
-    from whisper_spec.batch import BatchLog
-    from whisper_spec.stats import DecodingStats
+    from whisper_spec.jobs.batch import BatchLog
+    from whisper_spec.decode.stats import DecodingStats
 
     jobs = [Job(tmp_path / "talk.wav", "talk")]
     first = BatchLog(jobs, tmp_path / "out", ["txt"], progress=False)
     with pytest.raises(ValueError, match=r"out: another whisper-spec batch job is writing there"):
         BatchLog(jobs, tmp_path / "out", ["txt"], progress=False)
-    other_process = [sys.executable, "-c", "import sys, pathlib; from whisper_spec.batch import BatchLog; "
+    other_process = [sys.executable, "-c", "import sys, pathlib; from whisper_spec.jobs.batch import BatchLog; "
                      "BatchLog([], pathlib.Path(sys.argv[1]), ['txt'], progress=False)", str(tmp_path / "out")]
     refused = subprocess.run(other_process, capture_output=True, text=True)
     assert refused.returncode != 0 and "another whisper-spec batch job" in refused.stderr
@@ -224,8 +224,8 @@ def test_one_job_at_a_time_writes_into_an_output_folder_and_a_rerun_with_nothing
 def test_a_full_disk_names_the_file_it_could_not_write(tmp_path):
     """The job's records on a full disk (/dev/full answers every write with ENOSPC): the error names
     the record, and a failure is shown before its record is tried."""
-    from whisper_spec.batch import FAILURES_FILE, LEDGER_FILE, BatchLog
-    from whisper_spec.stats import DecodingStats
+    from whisper_spec.jobs.batch import FAILURES_FILE, LEDGER_FILE, BatchLog
+    from whisper_spec.decode.stats import DecodingStats
 
     jobs = [Job(tmp_path / "talk.wav", "talk"), Job(tmp_path / "broken.wav", "broken")]
     out = tmp_path / "out"

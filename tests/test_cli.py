@@ -10,7 +10,7 @@ import pytest
 import soundfile
 from conftest import speech
 
-from whisper_spec.audio import SAMPLE_RATE, _resample
+from whisper_spec.speech.audio import SAMPLE_RATE, _resample
 from whisper_spec.cli.main import main
 
 QUILTER = speech("librispeech/dev-clean/1272-128104-0000.flac")
@@ -223,7 +223,7 @@ def test_int8_decoders_are_the_cpu_default_unless_a_flag_says():
 
     from whisper_spec.cli.main import pair_args
     from whisper_spec.cli.parser import build_parser
-    from whisper_spec.platform import cpu_int8_dtype, default_int8
+    from whisper_spec.models.platform import cpu_int8_dtype, default_int8
 
     default = default_int8(torch.device("cpu"))
     int8_dtype = cpu_int8_dtype() or "bfloat16"
@@ -320,7 +320,7 @@ def test_every_option_of_every_command_says_what_it_does():
 
 def test_a_folder_given_to_transcribe_is_a_usage_problem_named_before_any_model_loads(capsys, tmp_path, monkeypatch):
     """Exit 2 with one line pointing to `batch` (it was each file's failure, exit 1, after loading)."""
-    import whisper_spec.load as load
+    import whisper_spec.models.load as load
 
     monkeypatch.setattr(load, "load_pair", lambda *a, **k: pytest.fail("a model was loaded"))
     assert main(["transcribe", str(tmp_path), "-q"]) == 2

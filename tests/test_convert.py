@@ -6,9 +6,9 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from whisper_spec import sources
-from whisper_spec.ct2 import read_ct2_model
-from whisper_spec.sources import EMBEDDED_MODELS, ModelNotFound, prepare_embedded
+from whisper_spec.models import sources
+from whisper_spec.models.ct2 import read_ct2_model
+from whisper_spec.models.sources import EMBEDDED_MODELS, ModelNotFound, prepare_embedded
 
 
 @pytest.mark.slow
@@ -55,7 +55,7 @@ def test_unknown_model_is_a_clear_error(tmp_path):
 
 @pytest.mark.slow
 def test_ctranslate2_directory_is_converted_on_the_fly(monkeypatch, tmp_path):
-    from whisper_spec.load import load_model
+    from whisper_spec.models.load import load_model
 
     monkeypatch.setenv("WHISPER_SPEC_CACHE", str(tmp_path))
     ct2_dir = sources._locate(EMBEDDED_MODELS["tiny.en"].ct2_dir).parent
@@ -82,7 +82,7 @@ def test_a_ctranslate2_tokenizer_that_holds_the_timestamp_tokens_converts_alike(
     refused), and a tokenizer with other tokens there is refused naming what it found."""
     from tokenizers import AddedToken
 
-    from whisper_spec.ct2 import N_TIMESTAMPS, convert_ct2_to_hf
+    from whisper_spec.models.ct2 import N_TIMESTAMPS, convert_ct2_to_hf
 
     plain = _tiny_en_ct2_copy(tmp_path / "plain")
     with_timestamps = _tiny_en_ct2_copy(tmp_path / "with_timestamps")
@@ -101,7 +101,7 @@ def test_a_ctranslate2_tokenizer_that_holds_the_timestamp_tokens_converts_alike(
 
 
 def test_a_failed_conversion_leaves_no_partial_model_and_a_missing_tokenizer_is_named(tmp_path, monkeypatch):
-    import whisper_spec.ct2 as ct2
+    import whisper_spec.models.ct2 as ct2
 
     source = _tiny_en_ct2_copy(tmp_path / "source")
 
@@ -139,7 +139,7 @@ def test_an_older_generation_config_is_completed_from_the_tokenizer(model, dropp
     same (a multilingual model stays multilingual, an English-only one English-only)."""
     import shutil
 
-    from whisper_spec.tokenizer import SpecialTokens
+    from whisper_spec.models.tokenizer import SpecialTokens
 
     folder = sources.resolve_model(model)
     complete = SpecialTokens.from_model_dir(folder)

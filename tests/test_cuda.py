@@ -9,12 +9,12 @@ import torch
 from conftest import main_alone, mel_of, perturbed_decoder, random_model, speech
 
 from whisper_spec.cli.main import main as cli
-from whisper_spec.decoding import decode_windows
-from whisper_spec.graphs import capture_round
-from whisper_spec.load import load_model, load_pair
+from whisper_spec.decode.decoding import decode_windows
+from whisper_spec.decode.graphs import capture_round
+from whisper_spec.models.load import load_model, load_pair
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import WhisperPair
-from whisper_spec.quantize import Int8Linear, weight_bytes
+from whisper_spec.models.pair import WhisperPair
+from whisper_spec.models.quantize import Int8Linear, weight_bytes
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
@@ -83,7 +83,7 @@ def test_kept_round_graphs_replay_other_batches_exactly_on_cuda(cuda_pair, clip_
     """A whole-round graph captured on one batch replays the next batch of its configuration (other
     audio, other seeds) on that batch's values: the tokens are the eager rounds', and the second
     batch captures nothing (fixed_shapes.whole_rounds)."""
-    import whisper_spec.fixed_shapes as fixed_rounds
+    import whisper_spec.decode.fixed_shapes as fixed_rounds
 
     captures = []
 

@@ -10,14 +10,14 @@ from conftest import SPEECH, main_alone, mel_of, random_head, random_model
 from test_fixed_shapes import OPTIONS as ROUND_OPTIONS
 from test_fixed_shapes import fixed_shapes
 
-from whisper_spec.decoding import decode_windows
+from whisper_spec.decode.decoding import decode_windows
 from whisper_spec.distill.student import build_student
 from whisper_spec.distill.train import distill
-from whisper_spec.load import load_distilled
-from whisper_spec.model import DecoderCaches, DraftHead
+from whisper_spec.models.load import load_distilled
+from whisper_spec.models.model import DecoderCaches, DraftHead
 from whisper_spec.options import DecodingOptions, DistillOptions
-from whisper_spec.pair import WhisperPair
-from whisper_spec.speculative import hidden_before
+from whisper_spec.models.pair import WhisperPair
+from whisper_spec.decode.speculative import hidden_before
 
 UNLABELED = SPEECH / "unlabeled" / "librispeech-train-clean-100"
 CPU = torch.device("cpu")

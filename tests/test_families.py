@@ -11,11 +11,11 @@ from conftest import mel_of, speech
 from families import FAMILIES, PAIRS, build_families
 from transformers import WhisperForConditionalGeneration
 
-from whisper_spec.audio import SAMPLE_RATE, load_audio
-from whisper_spec.decoding import decode_windows
-from whisper_spec.load import load_pair
+from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
+from whisper_spec.decode.decoding import decode_windows
+from whisper_spec.models.load import load_pair
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pipeline import transcribe
+from whisper_spec.longform.pipeline import transcribe
 
 LONG = "longform/bill_gates-TED-next-epidemic-excerpt.flac"
 # random weights rarely end a text: a few tokens a window are what the checks need
@@ -78,8 +78,8 @@ def test_each_family_decodes_as_transformers_generate(families, name):
 GGML_CHECK = """
 import json, sys
 import _pywhispercpp as whisper
-from whisper_spec.ggml import write_ggml
-from whisper_spec.load import load_model
+from whisper_spec.models.ggml import write_ggml
+from whisper_spec.models.load import load_model
 for folder, float16 in json.loads(sys.argv[1]):
     path = write_ggml(folder, f"{folder}/ggml-{float16}.bin", float16=float16)
     model = load_model(folder, int8=False)

@@ -10,14 +10,14 @@ import torch
 from conftest import main_alone, perturbed_decoder, random_model
 from torch.profiler import ProfilerActivity, profile
 
-from whisper_spec.caches import BatchCaches
-from whisper_spec.decoding import decode_encoded, decode_windows, encode_batch
-from whisper_spec.fixed_shapes import CompileError
-from whisper_spec.graphs import buffer_layout
-from whisper_spec.model import DecoderCaches, Linear
+from whisper_spec.decode.caches import BatchCaches
+from whisper_spec.decode.decoding import decode_encoded, decode_windows, encode_batch
+from whisper_spec.decode.fixed_shapes import CompileError
+from whisper_spec.decode.graphs import buffer_layout
+from whisper_spec.models.model import DecoderCaches, Linear
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import WhisperPair
-from whisper_spec.tokenizer import TIME_PRECISION
+from whisper_spec.models.pair import WhisperPair
+from whisper_spec.models.tokenizer import TIME_PRECISION
 
 CPU = torch.device("cpu")
 OPTIONS = {
@@ -195,7 +195,7 @@ def test_compiled_rounds_give_both_modes_one_text(monkeypatch):
 
 def test_a_round_step_that_cannot_compile_fails_naming_it(monkeypatch):
     """Never a step eager in one mode and compiled in the other: a compiler error ends the decoding."""
-    import whisper_spec.fixed_shapes as fixed_rounds
+    import whisper_spec.decode.fixed_shapes as fixed_rounds
 
     def failing(function, **options):
         def run(*args, **kwargs):
@@ -249,7 +249,7 @@ def test_whole_rounds_replayed_as_graphs_would_give_the_same_tokens(monkeypatch)
     round on every round must be a replay; a later batch of the same configuration (other audio,
     other seeds) replays the graph the first captured, with its own values, and one of another
     shape captures its own."""
-    import whisper_spec.fixed_shapes as fixed_rounds
+    import whisper_spec.decode.fixed_shapes as fixed_rounds
 
     replays, captures = [], []
 
@@ -305,7 +305,7 @@ def test_a_step_that_fails_on_its_own_raises_and_keeps_graphs_on(monkeypatch):
     that fails turns graphs off with a warning and runs the step eagerly, with its result."""
     import contextlib
 
-    import whisper_spec.graphs as graphs
+    import whisper_spec.decode.graphs as graphs
 
     failing_capture = []
 

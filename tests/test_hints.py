@@ -7,10 +7,10 @@ import pytest
 import torch
 from conftest import main_alone, perturbed_decoder, random_model
 
-from whisper_spec.decoding import decode_windows
+from whisper_spec.decode.decoding import decode_windows
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import WhisperPair
-from whisper_spec.speculative import HINT_SHIFT, hint_continuation, hint_text
+from whisper_spec.models.pair import WhisperPair
+from whisper_spec.decode.speculative import HINT_SHIFT, hint_continuation, hint_text
 
 CPU = torch.device("cpu")
 

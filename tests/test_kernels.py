@@ -18,10 +18,10 @@ KERNEL_SETS = ([("default", "SSE41"), ("avx2", "AVX2")] + ([("avx512", "AVX512_C
 
 CHECK = """
 import torch
-from whisper_spec.load import build_decoder
-from whisper_spec.model import Decoder, DecoderCaches, ModelDims
-from whisper_spec.platform import make_row_invariant, query_rows
-from whisper_spec.quantize import quantize_decoder_state
+from whisper_spec.models.load import build_decoder
+from whisper_spec.models.model import Decoder, DecoderCaches, ModelDims
+from whisper_spec.models.platform import make_row_invariant, query_rows
+from whisper_spec.models.quantize import quantize_decoder_state
 
 torch.manual_seed(0)
 dims = ModelDims(n_mels=80, n_vocab=1001, d_model=512, n_audio_ctx=1500, n_audio_layer=0, n_audio_head=8,

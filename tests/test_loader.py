@@ -4,12 +4,12 @@ import pytest
 import torch
 from conftest import mel_of, speech
 
-from whisper_spec.decoding import decode_windows
-from whisper_spec.export import save_model
-from whisper_spec.load import load_pair
-from whisper_spec.model import Decoder
+from whisper_spec.decode.decoding import decode_windows
+from whisper_spec.models.export import save_model
+from whisper_spec.models.load import load_pair
+from whisper_spec.models.model import Decoder
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import IncompatiblePair, Whisper, check_pair, decoder_subset
+from whisper_spec.models.pair import IncompatiblePair, Whisper, check_pair, decoder_subset
 
 CLIPS = ["librispeech/test-other/1998-15444-0003.flac", "multilingual/pl/mls_1889_1447_000002.flac"]
 
@@ -63,8 +63,8 @@ def test_an_exported_assistant_keeps_the_languages_and_tasks_it_drafts_for(tmp_p
 
     from transformers import WhisperConfig
 
-    from whisper_spec.load import load_model
-    from whisper_spec.pair import DRAFTING_CONFIG
+    from whisper_spec.models.load import load_model
+    from whisper_spec.models.pair import DRAFTING_CONFIG
 
     main = load_pair("tiny.en", int8=False, encoder_precision="float32").main
     limited = replace(decoder_subset(main, [0, 2]), draft_languages=("en",), draft_tasks=("transcribe",),
@@ -112,8 +112,8 @@ def test_load_pair_loads_what_the_command_line_loads_unless_told():
     from whisper_spec.cli.main import pair_args
     from whisper_spec.cli.parser import build_parser
 
-    from whisper_spec.pair import decoder_precision, encoder_precision
-    from whisper_spec.platform import default_device, default_int8
+    from whisper_spec.models.pair import decoder_precision, encoder_precision
+    from whisper_spec.models.platform import default_device, default_int8
 
     def precisions(pair):
         return decoder_precision(pair.main), encoder_precision(pair.main), decoder_precision(pair.assistant)
@@ -167,7 +167,7 @@ def test_alignment_heads_naming_layers_the_decoder_lacks_are_dropped(tmp_path):
     from conftest import speech
 
     from whisper_spec.options import DecodingOptions
-    from whisper_spec.pipeline import transcribe
+    from whisper_spec.longform.pipeline import transcribe
 
     model = load_pair("tiny.en", int8=False, encoder_precision="float32").main
     export = save_model(model, tmp_path / "tiny.en")
@@ -192,7 +192,7 @@ def test_the_python_api_chooses_threads_as_the_command_line_does_once_per_proces
 
     script = (
         "import torch\n"
-        "from whisper_spec.load import load_pair\n"
+        "from whisper_spec.models.load import load_pair\n"
         "torch.set_num_threads(7)\n"
         "load_pair('tiny.en', None, device='cpu')\n"
         "first = torch.get_num_threads()\n"

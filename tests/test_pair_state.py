@@ -9,9 +9,9 @@ import weakref
 import torch
 
 from conftest import perturbed_decoder, random_model
-from whisper_spec.decoding import decode_windows
+from whisper_spec.decode.decoding import decode_windows
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import WhisperPair
+from whisper_spec.models.pair import WhisperPair
 
 CPU = torch.device("cpu")
 OPTIONS = DecodingOptions(language="en", temperature=(0.0,), speculation="on")

@@ -11,9 +11,9 @@ import pytest
 import torch
 from conftest import perturbed_decoder, random_model
 
-from whisper_spec import platform
-from whisper_spec.model import DecoderCaches, Linear
-from whisper_spec.pair import WhisperPair
+from whisper_spec.models import platform
+from whisper_spec.models.model import DecoderCaches, Linear
+from whisper_spec.models.pair import WhisperPair
 
 CPU = torch.device("cpu")
 
@@ -140,7 +140,7 @@ AVX2_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MK
                 "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
 ISA_PROBE = """
 import torch
-from whisper_spec import platform
+from whisper_spec.models import platform
 platform.onednn_packed(torch.randn(64, 64))  # a oneDNN primitive: its verbose mode names the ISA it runs
 print("kind", torch.backends.cpu.get_cpu_capability(), platform.device_kind(torch.device("cpu")), platform.cpu_has_amx())
 """

@@ -11,11 +11,11 @@ import torch
 from conftest import RANDOM_SPECIAL, main_alone, perturbed_decoder, random_head, random_model
 from test_fixed_shapes import fixed_shapes
 
-from whisper_spec.decoding import decode_windows, previous_tokens
-from whisper_spec.encoding import encoder_states
-from whisper_spec.model import DecoderCaches
+from whisper_spec.decode.decoding import decode_windows, previous_tokens
+from whisper_spec.decode.encoding import encoder_states
+from whisper_spec.models.model import DecoderCaches
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import WhisperPair
+from whisper_spec.models.pair import WhisperPair
 
 CPU = torch.device("cpu")
 PROMPT = tuple(range(3, 40, 2))  # text tokens of the small random vocabulary

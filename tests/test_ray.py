@@ -13,9 +13,9 @@ import pytest
 import torch
 from conftest import SPEECH, manifest
 
-from whisper_spec.batch import FAILURES_FILE, SUMMARY_FILE, job_outputs, run_batch
-from whisper_spec.jobs import collect_jobs
-from whisper_spec.load import load_pair
+from whisper_spec.jobs.batch import FAILURES_FILE, SUMMARY_FILE, job_outputs, run_batch
+from whisper_spec.jobs.inputs import collect_jobs
+from whisper_spec.models.load import load_pair
 from whisper_spec.options import DecodingOptions, RayOptions
 
 pytest.importorskip("ray")
@@ -69,7 +69,7 @@ def local_run(job_manifest, tmp_path_factory):
 def test_ray_outputs_equal_a_local_run(job_manifest, local_run, tmp_path):
     import ray
 
-    from whisper_spec.ray_batch import run_batch_ray
+    from whisper_spec.jobs.ray_batch import run_batch_ray
 
     local_out, local_summary = local_run
     out = tmp_path / "ray"

@@ -7,11 +7,11 @@ import pytest
 import torch
 from conftest import RANDOM_DIMS, perturbed_decoder, random_model
 
-from whisper_spec.decoding import decode_windows
-from whisper_spec.model import DecoderCaches, DraftVocabProjection, Linear
+from whisper_spec.decode.decoding import decode_windows
+from whisper_spec.models.model import DecoderCaches, DraftVocabProjection, Linear
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import WhisperPair
-from whisper_spec.rules import LogitRules
+from whisper_spec.models.pair import WhisperPair
+from whisper_spec.decode.rules import LogitRules
 
 TEMPERATURE = 1.5
 ROWS, REPEATS = 1000, 8  # 8000 samples of the first two tokens

@@ -18,10 +18,10 @@ from conftest import speech
 
 from whisper_spec.cli.main import main, pair_args
 from whisper_spec.cli.parser import build_parser
-from whisper_spec.load import load_pair
+from whisper_spec.models.load import load_pair
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pipeline import transcribe
-from whisper_spec.writers import render
+from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.outputs.writers import render
 
 KEY = "test-key"
 CLIPS = ["librispeech/test-clean/1089-134686-0000.flac", "librispeech/dev-clean/1272-128104-0000.flac",

@@ -6,12 +6,12 @@ import pytest
 import torch
 from conftest import main_alone, mel_of, perturbed_decoder, random_model, speech
 
-from whisper_spec.caches import kept_cache_length, self_attention_caches
-from whisper_spec.decoding import decode_encoded, decode_windows, encode_batch
-from whisper_spec.encoding import encode, encoder_states
+from whisper_spec.decode.caches import kept_cache_length, self_attention_caches
+from whisper_spec.decode.decoding import decode_encoded, decode_windows, encode_batch
+from whisper_spec.decode.encoding import encode, encoder_states
 from whisper_spec.options import DecodingOptions
-from whisper_spec.pair import WhisperPair, decoder_subset
-from whisper_spec.stats import DecodingStats, host_timed
+from whisper_spec.models.pair import WhisperPair, decoder_subset
+from whisper_spec.decode.stats import DecodingStats, host_timed
 
 CLIPS = [
     "librispeech/test-other/1688-142285-0000.flac",
@@ -86,7 +86,7 @@ def test_a_row_decodes_alike_alone_and_beside_rows_that_finish_first(base_with_l
 def test_an_error_mid_decoding_leaves_the_encoding_and_caches_whole(monkeypatch):
     """Rows that finished leave the decoders' batch while decoding; an exception must not leave the
     batch's cross-attention states or the kept self-attention caches shrunk for the next call."""
-    import whisper_spec.speculative as speculative
+    import whisper_spec.decode.speculative as speculative
 
     main = random_model(0, eot_bias=0.25)
     pair = WhisperPair(main, perturbed_decoder(main, 0.05, seed=1), torch.device("cpu"), torch.float32)
@@ -191,8 +191,8 @@ def test_auto_speculation_drafts_for_batches_within_the_measured_frames(monkeypa
     model's tokens."""
 
 
-    import whisper_spec.decoding as decoding
-    import whisper_spec.platform as platform
+    import whisper_spec.decode.decoding as decoding
+    import whisper_spec.models.platform as platform
 
     limit = {(platform.device_kind(torch.device("cpu")), "float"): 2 * 1500}
     monkeypatch.setattr(platform, "AUTO_MAX_DRAFT_FRAMES", limit)

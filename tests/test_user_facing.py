@@ -20,9 +20,9 @@ import soundfile
 import torch
 from conftest import speech
 
-from whisper_spec import load
+from whisper_spec.models import load
 from whisper_spec.cli.main import main
-from whisper_spec.jobs import collect_jobs
+from whisper_spec.jobs.inputs import collect_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 QUILTER = speech("librispeech/dev-clean/1272-128104-0000.flac")
@@ -219,7 +219,7 @@ def test_a_language_list_is_what_detection_picks_from(capsys):
 def test_detection_among_candidates_picks_the_likeliest_of_them():
     from conftest import RANDOM_SPECIAL, random_model
 
-    from whisper_spec.encoding import detect_language
+    from whisper_spec.decode.encoding import detect_language
     from whisper_spec.options import DecodingOptions
 
     model = random_model(0)
@@ -239,7 +239,7 @@ def test_detection_among_candidates_picks_the_likeliest_of_them():
 @pytest.mark.slow
 def test_progress_counts_each_second_of_audio_once(base_pair):
     from whisper_spec.options import ChunkingOptions, DecodingOptions
-    from whisper_spec.pipeline import transcribe
+    from whisper_spec.longform.pipeline import transcribe
 
     long_file = QUILTER
     audio, rate = soundfile.read(long_file, dtype="float32")
@@ -266,7 +266,7 @@ def test_without_a_terminal_progress_is_a_line_per_file(tmp_path):
 
 @pytest.mark.slow
 def test_in_a_log_a_long_file_reports_progress_before_it_ends(capsys, monkeypatch):
-    from whisper_spec import jobs
+    from whisper_spec.jobs import inputs as jobs
 
     monkeypatch.setattr(jobs, "LOG_EVERY_SECONDS", 0.0)
     long_file = speech("longform/librispeech-test-other_1688-142285_0000-0009.flac")
@@ -278,7 +278,7 @@ def test_in_a_log_a_long_file_reports_progress_before_it_ends(capsys, monkeypatc
 
 
 def test_a_header_that_undercounts_never_takes_the_bar_past_its_total(tmp_path):
-    from whisper_spec.jobs import AudioProgress
+    from whisper_spec.jobs.inputs import AudioProgress
 
     unknown = tmp_path / "unknown.bin"
     unknown.write_bytes(b"\0" * 100)  # no header either decoder reads: 0 s
@@ -296,7 +296,7 @@ def test_the_bar_says_what_it_waits_for_and_never_passes_its_total(monkeypatch, 
     import sys
     import warnings
 
-    from whisper_spec.jobs import AudioProgress
+    from whisper_spec.jobs.inputs import AudioProgress
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     progress = AudioProgress([QUILTER], enabled=True)
@@ -346,7 +346,7 @@ def test_digital_silence_gives_no_text(capsys, tmp_path):
 def test_noise_and_room_tone_give_no_text_and_speech_is_kept(tmp_path):
     """Whisper's no-speech rule: made-up sounds in one batch with speech, both decoding modes."""
     from whisper_spec.options import DecodingOptions
-    from whisper_spec.pipeline import transcribe
+    from whisper_spec.longform.pipeline import transcribe
 
     rng = np.random.default_rng(0)
     seconds = 16000 * 6
@@ -451,7 +451,7 @@ def test_unusable_audio_is_one_line_each_and_the_rest_finishes(capsys, tmp_path)
 def test_progress_bar_reaches_its_total_when_a_file_fails_and_writes_above_itself(monkeypatch):
     import io
 
-    from whisper_spec.jobs import AudioProgress, audio_seconds
+    from whisper_spec.jobs.inputs import AudioProgress, audio_seconds
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -564,8 +564,8 @@ class _Stdin:
     (_Stdin(b"not audio at all"), "-: cannot decode audio (Error opening '-': Format not recognised.)"),
 ])
 def test_piped_input_that_cannot_be_used_is_one_line_naming_dash(monkeypatch, stdin, message):
-    from whisper_spec.audio import AudioError, load_audio
-    from whisper_spec.jobs import audio_seconds, jobs_of_files
+    from whisper_spec.speech.audio import AudioError, load_audio
+    from whisper_spec.jobs.inputs import audio_seconds, jobs_of_files
 
     monkeypatch.setattr(sys, "stdin", stdin)
     assert audio_seconds(Path("-")) == 0.0 and stdin.buffer.tell() == 0  # a header read would use it up

@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 
 from whisper_spec.options import OUTPUT_FORMATS, SubtitleOptions
-from whisper_spec.transcript import Transcript
-from whisper_spec.segments import Segment
-from whisper_spec.timing import Word
-from whisper_spec.writers import RENDERERS, cues, render
+from whisper_spec.longform.transcript import Transcript
+from whisper_spec.longform.segments import Segment
+from whisper_spec.longform.timing import Word
+from whisper_spec.outputs.writers import RENDERERS, cues, render
 
 SENTENCES = ["When I was a kid, the disaster we worried about most was a nuclear war.",
              "That's why we had a barrel like this down in our basement.",
@@ -122,7 +122,7 @@ def test_a_layout_refuses_nothing_per_line(field):
 def test_an_output_whose_name_is_as_long_as_the_file_system_allows_is_written(tmp_path):
     """A 250-byte name is legal; its temporary file's name must not be longer (it was: Errno 36 after
     decoding, nothing written)."""
-    from whisper_spec.writers import write_atomic
+    from whisper_spec.outputs.writers import write_atomic
 
     path = tmp_path / ("é" * 120 + "talk.json")  # 249 bytes in UTF-8
     assert len(path.name.encode()) >= 245
@@ -136,7 +136,7 @@ def test_a_failed_write_names_the_output_it_was_for(tmp_path, monkeypatch):
     import errno
     from pathlib import Path
 
-    from whisper_spec.writers import write_atomic
+    from whisper_spec.outputs.writers import write_atomic
 
     def full(self, *args, **kwargs):
         self.touch()

@@ -22,12 +22,12 @@ except PackageNotFoundError:  # a source tree that was never installed
     __version__ = "unknown"
 
 _PUBLIC = {
-    "load_audio": "audio", "AudioError": "audio", "log_mel_spectrogram": "audio",
+    "load_audio": "speech.audio", "AudioError": "speech.audio", "log_mel_spectrogram": "speech.audio",
     "DecodingOptions": "options", "ChunkingOptions": "options", "VadOptions": "options", "DistillOptions": "options", "BenchOptions": "options",
-    "decode_windows": "decoding", "DecodingStats": "stats",
-    "load_model": "load", "load_pair": "load", "WhisperPair": "pair", "IncompatiblePair": "pair",
-    "transcribe": "pipeline", "Transcript": "transcript", "Failure": "transcript", "Segment": "segments",
-    "render": "writers", "write_outputs": "writers", "SubtitleOptions": "options",
+    "decode_windows": "decode.decoding", "DecodingStats": "decode.stats",
+    "load_model": "models.load", "load_pair": "models.load", "WhisperPair": "models.pair", "IncompatiblePair": "models.pair",
+    "transcribe": "longform.pipeline", "Transcript": "longform.transcript", "Failure": "longform.transcript", "Segment": "longform.segments",
+    "render": "outputs.writers", "write_outputs": "outputs.writers", "SubtitleOptions": "options",
     "run_bench": "bench.harness",
 }
 __all__ = sorted(_PUBLIC)

@@ -13,13 +13,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..decoding import decode_windows
-from ..encoding import detect_languages, pair_features
-from ..fixed_shapes import CompileError
+from ..decode.decoding import decode_windows
+from ..decode.encoding import detect_languages, pair_features
+from ..decode.fixed_shapes import CompileError
 from ..options import CHUNK_SECONDS, BenchOptions, DecodingOptions
-from ..pair import WhisperPair
-from ..platform import synchronize
-from ..stats import DecodingStats
+from ..models.pair import WhisperPair
+from ..models.platform import synchronize
+from ..decode.stats import DecodingStats
 from .data import Utterance, batches
 from .metrics import PeakMemory
 from .peers import load_peers

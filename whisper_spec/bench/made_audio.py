@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..audio import SAMPLE_RATE
+from ..speech.audio import SAMPLE_RATE
 
 # a I-V-vi-IV progression in C major as note numbers (MIDI), and a pentatonic scale for the melody
 CHORDS = [(60, 64, 67), (55, 59, 62), (57, 60, 64), (53, 57, 60)]

@@ -16,7 +16,7 @@ from pathlib import Path
 import jiwer
 import torch
 
-from ..platform import counts_allocator_memory, gpu_name
+from ..models.platform import counts_allocator_memory, gpu_name
 
 
 @functools.cache

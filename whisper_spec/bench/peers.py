@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..decoding import previous_tokens
-from ..encoding import pair_features
-from ..load import load_pair
-from ..pair import WhisperPair
-from ..platform import counts_allocator_memory, device_type
-from ..sources import ct2_source
+from ..decode.decoding import previous_tokens
+from ..decode.encoding import pair_features
+from ..models.load import load_pair
+from ..models.pair import WhisperPair
+from ..models.platform import counts_allocator_memory, device_type
+from ..models.sources import ct2_source
 from .data import Utterance, batches
 
 
@@ -43,7 +43,7 @@ class TransformersPeer:
         from transformers import WhisperForCausalLM, WhisperForConditionalGeneration
         from transformers.utils.logging import disable_progress_bar
 
-        from ..export import save_model
+        from ..models.export import save_model
 
         disable_progress_bar()  # its "Loading weights" bars among the bench's own lines: local files, no wait
 
@@ -169,14 +169,14 @@ class FasterWhisperPeer(PeerProcess):
 
 class WhisperCppPeer(PeerProcess):
     """whisper.cpp (pywhispercpp's build) on a ggml file written from the main model's own weights
-    (whisper_spec.ggml, float16 matrices as whisper.cpp's own files), on CPU with our thread count
+    (whisper_spec.models.ggml, float16 matrices as whisper.cpp's own files), on CPU with our thread count
     (whisper_cpp_process). One recording a call: it has no batch of recordings."""
 
     name = "whisper.cpp"
     long_precision = "float16"
 
     def __init__(self, model_dir: Path, workdir: Path):
-        from ..ggml import write_ggml
+        from ..models.ggml import write_ggml
 
         ggml = write_ggml(model_dir, workdir / "ggml-model-f16.bin")
         super().__init__("whisper_spec.bench.whisper_cpp_process",

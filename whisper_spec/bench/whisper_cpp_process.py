@@ -1,6 +1,6 @@
 """whisper.cpp (the build pywhispercpp bundles), the engine of the benchmarks' whisper.cpp peer, in
 a process of its own (peer_process: why, and the loop that answers the requests here), on a ggml
-file written from our own weights (whisper_spec.ggml).
+file written from our own weights (whisper_spec.models.ggml).
 
 Decoded as ours and faster-whisper's peer are: greedy at temperature 0 without fallback
 (temperature_inc 0), each 30 s window not conditioned on the text before it (no_context), the

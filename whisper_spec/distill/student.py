@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import save_safetensors
-from ..model import Decoder, DraftHead
+from ..models.checkpoint import save_safetensors
+from ..models.model import Decoder, DraftHead
 from ..options import LONG_RECORDING_SECONDS
-from ..pair import (
+from ..models.pair import (
     ASSISTANT_CONFIG,
     ASSISTANT_FORMAT,
     HEAD_KIND,

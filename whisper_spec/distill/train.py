@@ -16,12 +16,12 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ..jobs import collect_jobs
-from ..load import load_distilled
-from ..model import Decoder, DecoderCaches, DraftHead
+from ..jobs.inputs import collect_jobs
+from ..models.load import load_distilled
+from ..models.model import Decoder, DecoderCaches, DraftHead
 from ..options import DistillOptions
-from ..pair import Whisper, WhisperPair, own_state
-from ..speculative import hidden_before
+from ..models.pair import Whisper, WhisperPair, own_state
+from ..decode.speculative import hidden_before
 from .data import Example, default_cache, is_long, load_cache, plan_recordings, prepare_teacher_cache
 from .student import build_student, choose_draft_vocab, save_assistant, spread_layers
 

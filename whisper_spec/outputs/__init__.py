@@ -1,0 +1,1 @@
+"""A Transcript -> txt, json, srt, vtt and tsv, written atomically."""

@@ -1,0 +1,1 @@
+"""HTTP requests and live audio streams -> decoding batches shared between them -> OpenAI-shaped responses and live text."""
