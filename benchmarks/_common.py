@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import soundfile
-
-from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 from whisper_spec.cli.main import pair_args
 from whisper_spec.cli.parser import build_parser
+
 from whisper_spec.models.load import load_pair
+from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 # WHISPER_SPEC_SPEECH: a copy of the speech folder elsewhere (a GPU machine that ../shared does not reach)

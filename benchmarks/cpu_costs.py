@@ -30,17 +30,17 @@ from pathlib import Path
 import torch
 from _common import SPEECH, manifest_rows, parse_args, write_report
 
-from whisper_spec.speech.audio import batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info
 from whisper_spec.bench.peers import FasterWhisperPeer
 from whisper_spec.decode.decoding import decode_encoded, decode_windows
 from whisper_spec.decode.drafts import compiled_draft_logits, draft_logits
 from whisper_spec.decode.encoding import encode
-from whisper_spec.models.load import load_pair
-from whisper_spec.models.model import DecoderCaches
-from whisper_spec.options import DecodingOptions
-from whisper_spec.models.sources import ct2_source
 from whisper_spec.decode.stats import DecodingStats
+from whisper_spec.models.attention import DecoderCaches
+from whisper_spec.models.load import load_pair
+from whisper_spec.models.sources import ct2_source
+from whisper_spec.options import DecodingOptions
+from whisper_spec.speech.audio import batch_features, load_audio
 
 
 def _encoder_seconds(pair, mel: torch.Tensor) -> float:

@@ -24,8 +24,8 @@ import torch
 from _common import command_line_pair, long_recordings, parse_args, progress, write_report
 
 from whisper_spec.bench.metrics import longest_repeat, machine_info, word_error_rate
-from whisper_spec.options import DecodingOptions
 from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.options import DecodingOptions
 
 CONFIGS = {  # name: (temperatures, speculative)
     "greedy main-only": (0.0, False),

@@ -18,13 +18,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import SPEECH, manifest_rows, parse_args, write_report  # noqa: E402
 
-from whisper_spec.speech.audio import load_audio  # noqa: E402
 from whisper_spec.bench.metrics import PeakMemory  # noqa: E402
 from whisper_spec.decode.decoding import decode_windows  # noqa: E402
 from whisper_spec.decode.encoding import pair_features  # noqa: E402
 from whisper_spec.models.load import load_pair  # noqa: E402
-from whisper_spec.options import DecodingOptions  # noqa: E402
 from whisper_spec.models.quantize import weight_bytes  # noqa: E402
+from whisper_spec.options import DecodingOptions  # noqa: E402
+from whisper_spec.speech.audio import load_audio  # noqa: E402
 
 
 def allocated(device: torch.device) -> int:

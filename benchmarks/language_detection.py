@@ -19,11 +19,11 @@ from pathlib import Path
 
 from _common import SPEECH, manifest_rows, parse_args, progress, write_report
 
-from whisper_spec.speech.audio import N_SAMPLES, load_audio
 from whisper_spec.bench.metrics import machine_info
 from whisper_spec.decode.encoding import most_likely, pair_features, window_language_probabilities
 from whisper_spec.models.load import load_pair
 from whisper_spec.models.pair import decoder_precision
+from whisper_spec.speech.audio import N_SAMPLES, load_audio
 
 
 def main() -> int:

@@ -30,14 +30,14 @@ from pathlib import Path
 import soundfile
 from _common import SPEECH, manifest_rows, parse_args, progress, write_report
 
-from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.made_audio import Spoken, language_switching
 from whisper_spec.bench.metrics import machine_info, word_error_rate
 from whisper_spec.bench.peers import load_peers
-from whisper_spec.models.load import load_pair
-from whisper_spec.options import DecodingOptions
-from whisper_spec.models.pair import decoder_precision
 from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.models.load import load_pair
+from whisper_spec.models.pair import decoder_precision
+from whisper_spec.options import DecodingOptions
+from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 
 LANGUAGES = ("de", "en", "fr", "es", "pt")
 PAUSE = 1.0  # seconds of room tone between two utterances

@@ -39,14 +39,14 @@ import soundfile
 import torch
 from _common import long_recordings, parse_args, progress, write_report
 
-from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.metrics import machine_info, normalize, word_error_rate
-from whisper_spec.serve.live import LiveStream, finish, update
-from whisper_spec.models.load import load_pair
-from whisper_spec.options import DecodingOptions
-from whisper_spec.models.pair import WhisperPair
 from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.models.load import load_pair
+from whisper_spec.models.pair import WhisperPair
 from whisper_spec.models.sources import ct2_source
+from whisper_spec.options import DecodingOptions
+from whisper_spec.serve.live import LiveStream, finish, update
+from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 
 STEP_SECONDS = 1.0
 # name: (speculation, drafts from the last hypothesis, the assistant takes part)

@@ -46,14 +46,14 @@ import numpy as np
 import torch
 from _common import SPEECH, last_speech, long_recordings, manifest_rows, progress, write_report
 
-from whisper_spec.speech.audio import load_audio
 from whisper_spec.bench.metrics import machine_info, word_error_rate, word_errors
 from whisper_spec.bench.peers import load_peers
-from whisper_spec.models.load import load_pair
-from whisper_spec.options import ChunkingOptions, DecodingOptions
 from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.models.load import load_pair
 from whisper_spec.models.platform import default_precision
 from whisper_spec.models.sources import default_assistant
+from whisper_spec.options import ChunkingOptions, DecodingOptions
+from whisper_spec.speech.audio import load_audio
 from whisper_spec.speech.vad import VAD_FRAME, speech_probabilities
 
 MODES = {"vad": ChunkingOptions(vad=True), "sequential": ChunkingOptions(vad=False)}

@@ -21,10 +21,10 @@ import soundfile
 from _common import SPEECH, manifest_rows, parse_args, progress, write_report
 
 from whisper_spec.bench.metrics import machine_info, word_error_rate
-from whisper_spec.models.load import load_pair
-from whisper_spec.options import DecodingOptions
-from whisper_spec.models.pair import decoder_precision
 from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.models.load import load_pair
+from whisper_spec.models.pair import decoder_precision
+from whisper_spec.options import DecodingOptions
 
 SETS = ("librispeech", "fleurs_de", "fleurs_es", "fleurs_fr", "fleurs_pt", "fleurs_en")
 

@@ -28,14 +28,14 @@ from pathlib import Path
 import soundfile
 from _common import SPEECH, manifest_rows, parse_args, progress, write_report
 
-from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.made_audio import Spoken, music, podcast, words_outside
 from whisper_spec.bench.metrics import machine_info, normalize, word_error_rate
 from whisper_spec.bench.peers import load_peers
-from whisper_spec.models.load import load_pair
-from whisper_spec.options import DecodingOptions
-from whisper_spec.models.pair import decoder_precision
 from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.models.load import load_pair
+from whisper_spec.models.pair import decoder_precision
+from whisper_spec.options import DecodingOptions
+from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 
 MARGIN = 0.5  # seconds a word or cue may reach past its utterance's speech
 

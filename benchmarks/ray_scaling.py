@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 from _common import SPEECH, manifest_rows, parse_args, progress, write_report
 
-from whisper_spec.jobs.batch import job_outputs, run_batch
 from whisper_spec.bench.metrics import machine_info
+from whisper_spec.jobs.batch import job_outputs, run_batch
 from whisper_spec.jobs.inputs import Job
 from whisper_spec.models.load import load_pair
 from whisper_spec.options import DecodingOptions, RayOptions

@@ -26,12 +26,12 @@ from _common import SPEECH, command_line_pair, manifest_rows, parse_args, write_
 from tqdm import tqdm
 
 import whisper_spec.decode.decoding as decoding
-from whisper_spec.speech.audio import batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info
 from whisper_spec.decode.encoding import encode
-from whisper_spec.options import DecodingOptions
-from whisper_spec.models.pair import decoder_precision
 from whisper_spec.decode.stats import DecodingStats, round_costs
+from whisper_spec.models.pair import decoder_precision
+from whisper_spec.options import DecodingOptions
+from whisper_spec.speech.audio import batch_features, load_audio
 
 
 def measure(pair, mels: list[torch.Tensor], languages: list[str], draft_tokens: list[int], target: float, label: str

@@ -35,9 +35,9 @@ import soundfile
 from _common import SPEECH, command_line_pair, manifest_rows, parse_args, progress, write_report
 
 from whisper_spec.bench.metrics import machine_info
-from whisper_spec.options import DecodingOptions
 from whisper_spec.longform.pipeline import transcribe
 from whisper_spec.models.sources import ct2_source
+from whisper_spec.options import DecodingOptions
 
 
 def free_port() -> int:

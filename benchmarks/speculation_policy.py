@@ -24,13 +24,13 @@ import torch
 from _common import SPEECH, command_line_pair, manifest_rows, parse_args, write_report
 from tqdm import tqdm
 
-from whisper_spec.speech.audio import N_SAMPLES, batch_features, load_audio
 from whisper_spec.bench.metrics import machine_info
 from whisper_spec.decode.decoding import decode_encoded
 from whisper_spec.decode.encoding import encode
-from whisper_spec.options import DecodingOptions
-from whisper_spec.models.pair import decoder_precision
 from whisper_spec.decode.stats import DecodingStats
+from whisper_spec.models.pair import decoder_precision
+from whisper_spec.options import DecodingOptions
+from whisper_spec.speech.audio import N_SAMPLES, batch_features, load_audio
 
 
 def _decode(pair, encoded, languages: list[str | None], policy: str, timestamps: bool) -> tuple[list[list[int]], float]:

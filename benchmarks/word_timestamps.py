@@ -25,10 +25,10 @@ import torch
 from _common import SPEECH, manifest_rows, parse_args, progress, write_report
 
 from whisper_spec.bench.metrics import machine_info
-from whisper_spec.models.load import load_pair
-from whisper_spec.options import DecodingOptions
 from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.models.load import load_pair
 from whisper_spec.models.sources import ct2_source, default_assistant
+from whisper_spec.options import DecodingOptions
 
 
 def _key(word: str) -> str:

@@ -14,7 +14,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from whisper_spec.cli.parser import PROG, build_parser
-from whisper_spec.options import BenchOptions, ChunkingOptions, DecodingOptions, DistillOptions, VadOptions, temperature_schedule
+
+from whisper_spec.options import (
+    BenchOptions,
+    ChunkingOptions,
+    DecodingOptions,
+    DistillOptions,
+    VadOptions,
+    temperature_schedule,
+)
 
 
 def _error(message: str) -> None:
@@ -219,8 +227,8 @@ def cmd_batch(args) -> int:
     options, chunking, layout, pair, note = _setup(args, formats, load=args.ray is None)
     try:
         if args.ray is not None:
-            from whisper_spec.options import RayOptions
             from whisper_spec.jobs.ray_batch import run_batch_ray
+            from whisper_spec.options import RayOptions
 
             ray_options = _options(RayOptions, address=None if args.ray == "local" else args.ray,
                                    actors=args.ray_actors, threads=args.ray_threads)
@@ -342,7 +350,13 @@ def cmd_quantize(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from whisper_spec.models.sources import EMBEDDED_MODELS, ModelNotFound, default_assistant, list_models, prepare_embedded
+    from whisper_spec.models.sources import (
+        EMBEDDED_MODELS,
+        ModelNotFound,
+        default_assistant,
+        list_models,
+        prepare_embedded,
+    )
 
     if args.prepare is not None:
         for name in args.prepare or list(EMBEDDED_MODELS):
@@ -430,9 +444,9 @@ def _live_audio(args, step: int):
 def cmd_live(args) -> int:
     """Update a live stream every --step seconds, printing confirmed text and the tentative tail; write
     the final transcript when the audio ends or on Ctrl-C."""
-    from whisper_spec.speech.audio import SAMPLE_RATE
-    from whisper_spec.serve.live import LiveStream, finish, transcript, update
     from whisper_spec.outputs.writers import check_output_dir, render, write_outputs
+    from whisper_spec.serve.live import LiveStream, finish, transcript, update
+    from whisper_spec.speech.audio import SAMPLE_RATE
 
     if args.step <= 0:
         raise ValueError(f"--step {args.step}: must be more than 0 seconds")

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from whisper_spec import __version__
+from whisper_spec.models.sources import DEFAULT_MODEL
 from whisper_spec.options import (
     BATCH_SIZE,
     DTYPES,
@@ -24,7 +25,6 @@ from whisper_spec.options import (
     ServerOptions,
     VadOptions,
 )
-from whisper_spec.models.sources import DEFAULT_MODEL
 
 PROG = "whisper-spec"
 

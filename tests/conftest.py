@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from whisper_spec.speech.audio import load_audio, log_mel_spectrogram, pad_or_trim
+from whisper_spec.models.draft_head import DraftHead
 from whisper_spec.models.load import load_pair
-from whisper_spec.models.model import Decoder, DraftHead, Encoder, Linear, ModelDims
-from whisper_spec.options import DecodingOptions
+from whisper_spec.models.model import Decoder, Encoder, Linear, ModelDims
 from whisper_spec.models.pair import Whisper, WhisperPair, share_main_modules
 from whisper_spec.models.tokenizer import SpecialTokens
+from whisper_spec.options import DecodingOptions
+from whisper_spec.speech.audio import load_audio, log_mel_spectrogram, pad_or_trim
 
 # WHISPER_SPEC_SPEECH: where the shared speech set is not beside the checkout (the GPU machine)
 SPEECH = Path(os.environ.get("WHISPER_SPEC_SPEECH") or Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech")

@@ -11,15 +11,15 @@ import torch
 from conftest import main_alone, manifest, mel_of, speech
 
 from whisper_spec.decode import drafts
-from whisper_spec.speech.audio import N_FRAMES, load_audio, log_mel_spectrogram, pad_or_trim, signal_frames
 from whisper_spec.decode.decoding import decode_windows
 from whisper_spec.decode.encoding import encode
+from whisper_spec.decode.stats import DecodingStats
 from whisper_spec.models.load import load_pair
-from whisper_spec.options import DecodingOptions
 from whisper_spec.models.platform import default_int8
 from whisper_spec.models.quantize import Int8Linear
 from whisper_spec.models.sources import default_assistant
-from whisper_spec.decode.stats import DecodingStats
+from whisper_spec.options import DecodingOptions
+from whisper_spec.speech.audio import N_FRAMES, load_audio, log_mel_spectrogram, pad_or_trim, signal_frames
 
 ENGLISH = [r["path"] for r in manifest() if r["set"] == "librispeech"][:8]
 # Polish and Dutch (never trained on) and German (trained on)

@@ -11,9 +11,9 @@ from conftest import SPEECH, manifest
 
 from whisper_spec.jobs.batch import FAILURES_FILE, SUMMARY_FILE, run_batch
 from whisper_spec.jobs.inputs import Job, collect_jobs
-from whisper_spec.options import DecodingOptions
-from whisper_spec.models.pair import WhisperPair, decoder_subset
 from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.models.pair import WhisperPair, decoder_subset
+from whisper_spec.options import DecodingOptions
 
 
 def test_a_manifests_prompt_is_read_and_checked(tmp_path):
@@ -144,6 +144,7 @@ def test_a_job_writes_inside_its_output_folder_and_never_over_a_file_it_did_not_
     assert (again["done"], again["failed"]) == (1, 1) and (out / "audio" / "clip.json").is_file()
 
 
+@pytest.mark.slow
 def test_batch_takes_several_inputs_as_an_unquoted_glob_hands_them_over(tmp_path, capsys):
     from whisper_spec.cli.main import main
 
@@ -184,8 +185,8 @@ def test_each_file_reads_its_own_prompt_in_a_mixed_job(pair, tmp_path):
 def test_a_file_where_nobody_speaks_adds_no_language_to_the_summary(tmp_path):
     """Its transcript claims no language (pipeline), and the summary's acceptance by language gains no
     entry for it (it was "nn": null)."""
-    from whisper_spec.jobs.batch import BatchLog
     from whisper_spec.decode.stats import DecodingStats
+    from whisper_spec.jobs.batch import BatchLog
 
     jobs = [Job(tmp_path / "talk.wav", "talk"), Job(tmp_path / "noise.wav", "noise")]
     log = BatchLog(jobs, tmp_path / "out", ["txt"], progress=False)
@@ -201,8 +202,8 @@ def test_one_job_at_a_time_writes_into_an_output_folder_and_a_rerun_with_nothing
     import subprocess
     import sys
 
-    from whisper_spec.jobs.batch import BatchLog
     from whisper_spec.decode.stats import DecodingStats
+    from whisper_spec.jobs.batch import BatchLog
 
     jobs = [Job(tmp_path / "talk.wav", "talk")]
     first = BatchLog(jobs, tmp_path / "out", ["txt"], progress=False)
@@ -224,8 +225,8 @@ def test_one_job_at_a_time_writes_into_an_output_folder_and_a_rerun_with_nothing
 def test_a_full_disk_names_the_file_it_could_not_write(tmp_path):
     """The job's records on a full disk (/dev/full answers every write with ENOSPC): the error names
     the record, and a failure is shown before its record is tried."""
-    from whisper_spec.jobs.batch import FAILURES_FILE, LEDGER_FILE, BatchLog
     from whisper_spec.decode.stats import DecodingStats
+    from whisper_spec.jobs.batch import FAILURES_FILE, LEDGER_FILE, BatchLog
 
     jobs = [Job(tmp_path / "talk.wav", "talk"), Job(tmp_path / "broken.wav", "broken")]
     out = tmp_path / "out"

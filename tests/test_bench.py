@@ -13,21 +13,21 @@ import numpy as np
 import pytest
 import torch
 from conftest import SPEECH, manifest, perturbed_decoder, random_model, speech
+from whisper_spec.cli.main import main as cli
 
 import whisper_spec.bench.harness as harness
-from whisper_spec.speech.audio import load_audio
 from whisper_spec.bench.data import Utterance, batches, load_utterances
 from whisper_spec.bench.harness import run_bench
 from whisper_spec.bench.metrics import normalize, word_error_rate
 from whisper_spec.bench.peers import FasterWhisperPeer, load_peers
 from whisper_spec.bench.report import markdown_table, write_outputs
-from whisper_spec.cli.main import main as cli
 from whisper_spec.decode.fixed_shapes import CompileError
+from whisper_spec.decode.stats import DecodingStats
 from whisper_spec.models.load import load_pair
-from whisper_spec.options import BenchOptions
 from whisper_spec.models.pair import WhisperPair
 from whisper_spec.models.sources import ct2_source, default_assistant
-from whisper_spec.decode.stats import DecodingStats
+from whisper_spec.options import BenchOptions
+from whisper_spec.speech.audio import load_audio
 
 BENCHMARKS_DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 MANIFEST = str(SPEECH / "manifest.jsonl")

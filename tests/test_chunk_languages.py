@@ -1,7 +1,7 @@
 """A speech chunk's language and its cut into parts of one language (chunk_languages), on sample counts."""
 
-from whisper_spec.speech.audio import SAMPLE_RATE as S
 from whisper_spec.longform.chunk_languages import PIECE_SECONDS, language_parts, own_or_file, speech_pieces
+from whisper_spec.speech.audio import SAMPLE_RATE as S
 
 
 def test_a_chunk_takes_its_own_language_only_where_sure_of_it():

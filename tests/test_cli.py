@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import soundfile
 from conftest import speech
+from whisper_spec.cli.main import main
 
 from whisper_spec.speech.audio import SAMPLE_RATE, _resample
-from whisper_spec.cli.main import main
 
 QUILTER = speech("librispeech/dev-clean/1272-128104-0000.flac")
 
@@ -22,6 +22,7 @@ def run(capsys, *args):
     return code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_bad_files_fail_alone_and_good_ones_finish(capsys, tmp_path):
     empty = tmp_path / "empty.wav"
     empty.write_bytes(b"")
@@ -42,6 +43,7 @@ def test_bad_files_fail_alone_and_good_ones_finish(capsys, tmp_path):
     assert "Quilter" in (tmp_path / "out" / f"{QUILTER.stem}.txt").read_text()
 
 
+@pytest.mark.slow
 def test_a_damaged_mp3_is_one_line_even_from_the_native_decoder(capfd, tmp_path):
     """libsndfile's mp3 decoder writes its own notes on the process's stderr ("Note: Illegal
     Audio-MPEG-Header ..."); the error stays one line."""
@@ -98,6 +100,7 @@ def test_resampling_gives_librosas_samples_without_importing_it(rate):
     np.testing.assert_array_equal(ours, librosa.resample(audio, orig_sr=rate, target_sr=SAMPLE_RATE))
 
 
+@pytest.mark.slow
 def test_incompatible_assistant_is_a_clear_error(capsys):
     code, out, err = run(capsys, QUILTER, "--model", "base", "--assistant", "tiny.en")
     assert code == 2
@@ -133,6 +136,7 @@ def test_json_srt_vtt_tsv_outputs(capsys, tmp_path):
     assert tsv[1].split("\t")[2] == result["segments"][0]["text"]
 
 
+@pytest.mark.slow
 def test_unknown_language_and_help(capsys):
     code, out, err = run(capsys, QUILTER, "--model", "tiny.en", "--language", "de")
     assert code == 2 and "English-only" in err
@@ -155,6 +159,7 @@ def test_a_language_list_reaches_the_decoding_options_of_both_commands():
 
 def test_draft_defaults_are_the_decoding_options_defaults():
     from whisper_spec.cli.parser import build_parser
+
     from whisper_spec.options import DecodingOptions
 
     for command in (["transcribe", "x.wav"], ["bench", "x.jsonl"]):
@@ -220,9 +225,9 @@ def test_int8_decoders_are_the_cpu_default_unless_a_flag_says():
     that kernel takes (platform.cpu_int8_dtype: bfloat16 where aten's fused kernel runs); --no-int8:
     float32 decoders; bench: int8 configurations beside the float ones by the same rule."""
     import torch
-
     from whisper_spec.cli.main import pair_args
     from whisper_spec.cli.parser import build_parser
+
     from whisper_spec.models.platform import cpu_int8_dtype, default_int8
 
     default = default_int8(torch.device("cpu"))
@@ -328,6 +333,7 @@ def test_a_folder_given_to_transcribe_is_a_usage_problem_named_before_any_model_
     assert err == f"whisper-spec: error: {tmp_path}: is a folder, not an audio file (whisper-spec batch transcribes folders)"
 
 
+@pytest.mark.slow
 def test_more_threads_than_cores_is_said():
     """In a process of its own: the flag sets the process's torch threads (and what is probed with them)."""
     import os

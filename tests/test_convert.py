@@ -31,6 +31,7 @@ def test_base_conversion_is_faithful(base_pair):
     assert generation["lang_to_id"]["<|de|>"] == 50261 and generation["task_to_id"]["translate"] == 50358
 
 
+@pytest.mark.slow
 def test_conversion_is_cached_and_hash_checked(monkeypatch, tmp_path):
     monkeypatch.setenv("WHISPER_SPEC_CACHE", str(tmp_path))
     first = prepare_embedded("tiny.en")

@@ -7,14 +7,14 @@ from dataclasses import replace
 import pytest
 import torch
 from conftest import main_alone, mel_of, perturbed_decoder, random_model, speech
-
 from whisper_spec.cli.main import main as cli
+
 from whisper_spec.decode.decoding import decode_windows
 from whisper_spec.decode.graphs import capture_round
 from whisper_spec.models.load import load_model, load_pair
-from whisper_spec.options import DecodingOptions
 from whisper_spec.models.pair import WhisperPair
 from whisper_spec.models.quantize import Int8Linear, weight_bytes
+from whisper_spec.options import DecodingOptions
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 

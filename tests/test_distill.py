@@ -9,21 +9,21 @@ import pytest
 import torch
 from conftest import SPEECH, mel_of, random_model
 from safetensors.torch import load_file
+from whisper_spec.cli.main import main as cli
 
 import whisper_spec.distill.data as distill_data
 import whisper_spec.distill.student as distill_student
 import whisper_spec.distill.train as distill_train
-from whisper_spec.speech.audio import load_audio
-from whisper_spec.cli.main import main as cli
 from whisper_spec.decode.decoding import decode_windows
 from whisper_spec.distill.data import perturb, plan_recordings
 from whisper_spec.distill.student import build_student, spread_layers
 from whisper_spec.distill.train import distill
 from whisper_spec.jobs.inputs import Job
+from whisper_spec.models.attention import DecoderCaches
 from whisper_spec.models.load import load_distilled, load_pair
-from whisper_spec.models.model import DecoderCaches
-from whisper_spec.options import DecodingOptions, DistillOptions
 from whisper_spec.models.pair import WhisperPair
+from whisper_spec.options import DecodingOptions, DistillOptions
+from whisper_spec.speech.audio import load_audio
 
 UNLABELED = SPEECH / "unlabeled" / "librispeech-train-clean-100"
 OPTIONS = DistillOptions(layers=1, steps=6, batch_size=2, eval_every=3, checkpoint_every=3, held_out=0.34,

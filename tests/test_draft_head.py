@@ -11,13 +11,14 @@ from test_fixed_shapes import OPTIONS as ROUND_OPTIONS
 from test_fixed_shapes import fixed_shapes
 
 from whisper_spec.decode.decoding import decode_windows
+from whisper_spec.decode.speculative import hidden_before
 from whisper_spec.distill.student import build_student
 from whisper_spec.distill.train import distill
+from whisper_spec.models.attention import DecoderCaches
+from whisper_spec.models.draft_head import DraftHead
 from whisper_spec.models.load import load_distilled
-from whisper_spec.models.model import DecoderCaches, DraftHead
-from whisper_spec.options import DecodingOptions, DistillOptions
 from whisper_spec.models.pair import WhisperPair
-from whisper_spec.decode.speculative import hidden_before
+from whisper_spec.options import DecodingOptions, DistillOptions
 
 UNLABELED = SPEECH / "unlabeled" / "librispeech-train-clean-100"
 CPU = torch.device("cpu")

@@ -9,19 +9,19 @@ import pytest
 import soundfile
 import torch
 from conftest import main_alone, manifest, mel_of, speech
-
-from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
-from whisper_spec.bench.metrics import longest_repeat, word_error_rate
 from whisper_spec.cli.parser import build_parser
+
+from whisper_spec.bench.metrics import longest_repeat, word_error_rate
 from whisper_spec.decode.decoding import decode_windows
-from whisper_spec.models.load import load_pair
-from whisper_spec.options import DecodingOptions, temperature_schedule
-from whisper_spec.models.pair import WhisperPair, decoder_subset
-from whisper_spec.longform.pipeline import transcribe
 from whisper_spec.decode.results import WindowResult, best_attempt, needs_fallback
 from whisper_spec.decode.sampling import sample_tokens
-from whisper_spec.models.sources import default_assistant
 from whisper_spec.decode.stats import DecodingStats
+from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.models.load import load_pair
+from whisper_spec.models.pair import WhisperPair, decoder_subset
+from whisper_spec.models.sources import default_assistant
+from whisper_spec.options import DecodingOptions, temperature_schedule
+from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 
 LONG = ["longform/bill_gates-TED-next-epidemic-excerpt.flac",
         "longform/librispeech-test-other_1688-142285_0000-0009.flac",

@@ -11,11 +11,11 @@ from conftest import mel_of, speech
 from families import FAMILIES, PAIRS, build_families
 from transformers import WhisperForConditionalGeneration
 
-from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 from whisper_spec.decode.decoding import decode_windows
+from whisper_spec.longform.pipeline import transcribe
 from whisper_spec.models.load import load_pair
 from whisper_spec.options import DecodingOptions
-from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 
 LONG = "longform/bill_gates-TED-next-epidemic-excerpt.flac"
 # random weights rarely end a text: a few tokens a window are what the checks need

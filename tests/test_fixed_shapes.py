@@ -14,10 +14,11 @@ from whisper_spec.decode.caches import BatchCaches
 from whisper_spec.decode.decoding import decode_encoded, decode_windows, encode_batch
 from whisper_spec.decode.fixed_shapes import CompileError
 from whisper_spec.decode.graphs import buffer_layout
-from whisper_spec.models.model import DecoderCaches, Linear
-from whisper_spec.options import DecodingOptions
+from whisper_spec.models.attention import DecoderCaches
+from whisper_spec.models.model import Linear
 from whisper_spec.models.pair import WhisperPair
 from whisper_spec.models.tokenizer import TIME_PRECISION
+from whisper_spec.options import DecodingOptions
 
 CPU = torch.device("cpu")
 OPTIONS = {

@@ -8,9 +8,9 @@ import torch
 from conftest import main_alone, perturbed_decoder, random_model
 
 from whisper_spec.decode.decoding import decode_windows
-from whisper_spec.options import DecodingOptions
-from whisper_spec.models.pair import WhisperPair
 from whisper_spec.decode.speculative import HINT_SHIFT, hint_continuation, hint_text
+from whisper_spec.models.pair import WhisperPair
+from whisper_spec.options import DecodingOptions
 
 CPU = torch.device("cpu")
 

@@ -8,14 +8,13 @@ from dataclasses import replace
 import pytest
 import torch
 from conftest import main_alone, manifest, mel_of, speech
-
-from whisper_spec.models import load, platform
 from whisper_spec.cli.main import main as cli
+
 from whisper_spec.decode.decoding import decode_windows
 from whisper_spec.decode.encoding import encoder_states
+from whisper_spec.models import load, platform
+from whisper_spec.models.attention import DecoderCaches
 from whisper_spec.models.load import load_model, load_pair
-from whisper_spec.models.model import DecoderCaches
-from whisper_spec.options import DecodingOptions
 from whisper_spec.models.pair import encoder_precision
 from whisper_spec.models.platform import KERNEL_ROW_BLOCK, prepare_int8
 from whisper_spec.models.quantize import (
@@ -34,6 +33,7 @@ from whisper_spec.models.quantize import (
     weight_bytes,
 )
 from whisper_spec.models.sources import default_assistant
+from whisper_spec.options import DecodingOptions
 
 CLIPS = [speech(r["path"]) for r in manifest() if r["set"] == "librispeech"][8:12] + [
     speech("multilingual/pl/mls_1889_1447_000002.flac")

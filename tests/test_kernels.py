@@ -19,8 +19,9 @@ KERNEL_SETS = ([("default", "SSE41"), ("avx2", "AVX2")] + ([("avx512", "AVX512_C
 CHECK = """
 import torch
 from whisper_spec.models.load import build_decoder
-from whisper_spec.models.model import Decoder, DecoderCaches, ModelDims
-from whisper_spec.models.platform import make_row_invariant, query_rows
+from whisper_spec.models.attention import DecoderCaches
+from whisper_spec.models.model import Decoder, ModelDims
+from whisper_spec.models.row_invariance import make_row_invariant, query_rows
 from whisper_spec.models.quantize import quantize_decoder_state
 
 torch.manual_seed(0)

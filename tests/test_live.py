@@ -7,14 +7,14 @@ import pytest
 import soundfile
 from conftest import main_alone, speech
 
-from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.metrics import word_error_rate
 from whisper_spec.decode.decoding import decode_encoded, encode_batch
 from whisper_spec.decode.encoding import pair_features
-from whisper_spec.serve.live import LiveStream, finish, update
+from whisper_spec.longform.pipeline import transcribe
 from whisper_spec.models.load import load_pair
 from whisper_spec.options import DecodingOptions
-from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.serve.live import LiveStream, finish, update
+from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 
 RECORDINGS = ["longform/bill_gates-TED-next-epidemic-excerpt.flac",
               "longform/librispeech-test-other_1688-142285_0000-0009.flac"]

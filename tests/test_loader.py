@@ -8,8 +8,8 @@ from whisper_spec.decode.decoding import decode_windows
 from whisper_spec.models.export import save_model
 from whisper_spec.models.load import load_pair
 from whisper_spec.models.model import Decoder
-from whisper_spec.options import DecodingOptions
 from whisper_spec.models.pair import IncompatiblePair, Whisper, check_pair, decoder_subset
+from whisper_spec.options import DecodingOptions
 
 CLIPS = ["librispeech/test-other/1998-15444-0003.flac", "multilingual/pl/mls_1889_1447_000002.flac"]
 
@@ -166,8 +166,8 @@ def test_alignment_heads_naming_layers_the_decoder_lacks_are_dropped(tmp_path):
 
     from conftest import speech
 
-    from whisper_spec.options import DecodingOptions
     from whisper_spec.longform.pipeline import transcribe
+    from whisper_spec.options import DecodingOptions
 
     model = load_pair("tiny.en", int8=False, encoder_precision="float32").main
     export = save_model(model, tmp_path / "tiny.en")

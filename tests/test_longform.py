@@ -11,19 +11,26 @@ import soundfile
 import torch
 from conftest import main_alone, manifest, speech
 
-from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
 from whisper_spec.bench.made_audio import Spoken, language_switching, music, podcast, words_outside
 from whisper_spec.bench.metrics import normalize, word_error_rate
-from whisper_spec.options import ChunkingOptions, DecodingOptions, SubtitleOptions, VadOptions
-from whisper_spec.models.pair import WhisperPair, decoder_subset
 from whisper_spec.longform.pipeline import transcribe
-from whisper_spec.longform.transcript import Transcript
-from whisper_spec.longform.windows import plan_file
 from whisper_spec.longform.segments import Segment, keep_to_speech, skipped_stretch, without_blips
 from whisper_spec.longform.timing import Word
+from whisper_spec.longform.transcript import Transcript
+from whisper_spec.longform.windows import plan_file
+from whisper_spec.models.pair import WhisperPair, decoder_subset
 from whisper_spec.models.tokenizer import TIME_PRECISION
-from whisper_spec.speech.vad import VAD_FRAME, clamp_to_speech, padded, plan_chunks, speech_probabilities, speech_regions
+from whisper_spec.options import ChunkingOptions, DecodingOptions, SubtitleOptions, VadOptions
 from whisper_spec.outputs.writers import render, to_srt
+from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
+from whisper_spec.speech.vad import (
+    VAD_FRAME,
+    clamp_to_speech,
+    padded,
+    plan_chunks,
+    speech_probabilities,
+    speech_regions,
+)
 
 LONG = ["longform/bill_gates-TED-next-epidemic-excerpt.flac",
         "longform/librispeech-test-other_1688-142285_0000-0009.flac",

@@ -7,11 +7,11 @@ import gc
 import weakref
 
 import torch
-
 from conftest import perturbed_decoder, random_model
+
 from whisper_spec.decode.decoding import decode_windows
-from whisper_spec.options import DecodingOptions
 from whisper_spec.models.pair import WhisperPair
+from whisper_spec.options import DecodingOptions
 
 CPU = torch.device("cpu")
 OPTIONS = DecodingOptions(language="en", temperature=(0.0,), speculation="on")

@@ -11,8 +11,9 @@ import pytest
 import torch
 from conftest import perturbed_decoder, random_model
 
-from whisper_spec.models import platform
-from whisper_spec.models.model import DecoderCaches, Linear
+from whisper_spec.models import platform, row_invariance
+from whisper_spec.models.attention import DecoderCaches
+from whisper_spec.models.model import Linear
 from whisper_spec.models.pair import WhisperPair
 
 CPU = torch.device("cpu")
@@ -27,11 +28,11 @@ def test_the_main_decoder_is_made_row_invariant_where_every_probe_finds_padding(
     pair = _pair()
     main, assistant = pair.main.decoder, pair.assistant.decoder
     linears = [m for m in main.modules() if isinstance(m, Linear)]
-    rows = [platform.linear_rows(m, main.dtype) for m in linears]
+    rows = [row_invariance.linear_rows(m, main.dtype) for m in linears]
     assert pair.platform.row_invariant == all(n is not None for n in rows)
     if pair.platform.row_invariant:
         assert [m.pad_rows for m in linears] == rows
-        assert main.exact_queries == platform.query_rows(main.cache_dtype, main.transposed_keys)
+        assert main.exact_queries == row_invariance.query_rows(main.cache_dtype, main.transposed_keys)
     # an assistant's drafts need not be exact: none of its own linears is padded, its attention is plain
     assert all(m.pad_rows == 0 for m in assistant.modules() if isinstance(m, Linear))
     assert assistant.exact_queries is None

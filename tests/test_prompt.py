@@ -13,9 +13,9 @@ from test_fixed_shapes import fixed_shapes
 
 from whisper_spec.decode.decoding import decode_windows, previous_tokens
 from whisper_spec.decode.encoding import encoder_states
-from whisper_spec.models.model import DecoderCaches
-from whisper_spec.options import DecodingOptions
+from whisper_spec.models.attention import DecoderCaches
 from whisper_spec.models.pair import WhisperPair
+from whisper_spec.options import DecodingOptions
 
 CPU = torch.device("cpu")
 PROMPT = tuple(range(3, 40, 2))  # text tokens of the small random vocabulary

@@ -7,11 +7,11 @@ import torch
 from conftest import mel_of, speech
 from transformers import WhisperForConditionalGeneration
 
-from whisper_spec.speech.audio import log_mel_spectrogram, mel_filters, pad_or_trim
 from whisper_spec.decode.decoding import decode_windows
 from whisper_spec.models.load import load_pair
-from whisper_spec.options import DecodingOptions
 from whisper_spec.models.pair import WhisperPair, decoder_subset
+from whisper_spec.options import DecodingOptions
+from whisper_spec.speech.audio import log_mel_spectrogram, mel_filters, pad_or_trim
 
 CLIPS = {
     "en": "librispeech/dev-clean/1272-128104-0000.flac",

@@ -6,13 +6,14 @@ import torch
 from conftest import RANDOM_DIMS, perturbed_decoder, random_model
 
 from whisper_spec.decode.caches import BatchCaches
+from whisper_spec.decode.context import initial_state
 from whisper_spec.decode.decoding import Limits, RowRequest, _context
-from whisper_spec.models.kept import DecoderKept, Kept
-from whisper_spec.options import DecodingOptions
-from whisper_spec.models.pair import WhisperPair
 from whisper_spec.decode.rules import LogitRules
 from whisper_spec.decode.sampling import position_uniforms, row_seeds, sample_tokens
-from whisper_spec.decode.speculative import accept, accept_greedy, advance, initial_state
+from whisper_spec.decode.speculative import accept, accept_greedy, advance
+from whisper_spec.models.kept import DecoderKept, Kept
+from whisper_spec.models.pair import WhisperPair
+from whisper_spec.options import DecodingOptions
 
 CPU = torch.device("cpu")
 

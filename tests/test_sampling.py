@@ -8,10 +8,11 @@ import torch
 from conftest import RANDOM_DIMS, perturbed_decoder, random_model
 
 from whisper_spec.decode.decoding import decode_windows
-from whisper_spec.models.model import DecoderCaches, DraftVocabProjection, Linear
-from whisper_spec.options import DecodingOptions
-from whisper_spec.models.pair import WhisperPair
 from whisper_spec.decode.rules import LogitRules
+from whisper_spec.models.attention import DecoderCaches
+from whisper_spec.models.model import DraftVocabProjection, Linear
+from whisper_spec.models.pair import WhisperPair
+from whisper_spec.options import DecodingOptions
 
 TEMPERATURE = 1.5
 ROWS, REPEATS = 1000, 8  # 8000 samples of the first two tokens

@@ -15,12 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import speech
-
 from whisper_spec.cli.main import main, pair_args
 from whisper_spec.cli.parser import build_parser
+
+from whisper_spec.longform.pipeline import transcribe
 from whisper_spec.models.load import load_pair
 from whisper_spec.options import DecodingOptions
-from whisper_spec.longform.pipeline import transcribe
 from whisper_spec.outputs.writers import render
 
 KEY = "test-key"

@@ -9,9 +9,9 @@ from conftest import main_alone, mel_of, perturbed_decoder, random_model, speech
 from whisper_spec.decode.caches import kept_cache_length, self_attention_caches
 from whisper_spec.decode.decoding import decode_encoded, decode_windows, encode_batch
 from whisper_spec.decode.encoding import encode, encoder_states
-from whisper_spec.options import DecodingOptions
-from whisper_spec.models.pair import WhisperPair, decoder_subset
 from whisper_spec.decode.stats import DecodingStats, host_timed
+from whisper_spec.models.pair import WhisperPair, decoder_subset
+from whisper_spec.options import DecodingOptions
 
 CLIPS = [
     "librispeech/test-other/1688-142285-0000.flac",

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from conftest import main_alone, speech
 
-from whisper_spec.models.load import load_pair
-from whisper_spec.options import DecodingOptions, SubtitleOptions
 from whisper_spec.longform.pipeline import transcribe
-from whisper_spec.models.sources import ct2_source
 from whisper_spec.longform.timing import Word, dtw, merge_punctuations, split_words
+from whisper_spec.models.load import load_pair
+from whisper_spec.models.sources import ct2_source
+from whisper_spec.options import DecodingOptions, SubtitleOptions
 from whisper_spec.outputs.writers import render
 
 CHAPTER = "longform/librispeech-test-other_1688-142285_0000-0009.flac"

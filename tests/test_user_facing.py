@@ -19,10 +19,10 @@ import pytest
 import soundfile
 import torch
 from conftest import speech
-
-from whisper_spec.models import load
 from whisper_spec.cli.main import main
+
 from whisper_spec.jobs.inputs import collect_jobs
+from whisper_spec.models import load
 
 ROOT = Path(__file__).resolve().parents[1]
 QUILTER = speech("librispeech/dev-clean/1272-128104-0000.flac")
@@ -36,6 +36,7 @@ def run(capsys, *args):
     return code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_files_of_one_name_get_outputs_of_their_own(capsys, tmp_path):
     audio, rate = soundfile.read(QUILTER, dtype="float32")
     folder = tmp_path / "in"
@@ -69,6 +70,7 @@ def no_model_loads():
         yield
 
 
+@pytest.mark.slow
 def test_batch_totals_add_up_and_a_finished_job_is_left_alone(capsys, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -107,6 +109,7 @@ def test_an_unusable_output_folder_fails_before_any_work(capsys, tmp_path, where
         assert code == 2 and out == "" and err.count("\n") == 1 and str(output) in err, err
 
 
+@pytest.mark.slow
 def test_unwritable_output_file_is_a_failure_and_the_job_goes_on(capsys, tmp_path):
     folder = tmp_path / "in"
     (folder / "sub").mkdir(parents=True)
@@ -144,6 +147,7 @@ def test_every_command_takes_version(capsys, command):
     assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("whisper-spec ")
 
 
+@pytest.mark.slow
 def test_a_clip_of_ten_milliseconds_gives_no_text(capsys, tmp_path):
     audio, rate = soundfile.read(QUILTER, dtype="float32")
     clip = tmp_path / "ten_ms.wav"
@@ -152,6 +156,7 @@ def test_a_clip_of_ten_milliseconds_gives_no_text(capsys, tmp_path):
     assert code == 0 and json.loads(out)["text"] == "", out
 
 
+@pytest.mark.slow
 def test_batch_errors_and_notes_carry_the_tool_name(capsys, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -168,10 +173,10 @@ def test_batch_errors_and_notes_carry_the_tool_name(capsys, tmp_path):
     (["--vad-threshold", "2"], "VAD threshold must be in (0, 1)"),
     (["--chunk-length", "40"], "--chunk-length must be in"),
     (["-m", "large-v9"], "large-v9: not an embedded model"),
-    (["--assistant", "my-assistant/"], "my-assistant/: no such directory"),
+    pytest.param(["--assistant", "my-assistant/"], "my-assistant/: no such directory", marks=pytest.mark.slow),  # found once the model is loaded
     (["-m", "./mymodels/whisper-small"], "./mymodels/whisper-small: no such directory"),
-    (["--language", "Klingon"], "--language: unknown language 'Klingon'"),
-    (["--language", "en,Klingon"], "--language: unknown language 'Klingon'"),
+    pytest.param(["--language", "Klingon"], "--language: unknown language 'Klingon'", marks=pytest.mark.slow),  # found once the model is loaded
+    pytest.param(["--language", "en,Klingon"], "--language: unknown language 'Klingon'", marks=pytest.mark.slow),  # found once the model is loaded
     (["--device", "cuda:1"] if not torch.cuda.is_available() else ["--device", f"cuda:{torch.cuda.device_count()}"],
      "device cuda:"),
     (["https://example.com/talk.mp3"], "https://example.com/talk.mp3: a URL; whisper-spec reads local files"),
@@ -238,8 +243,8 @@ def test_detection_among_candidates_picks_the_likeliest_of_them():
 
 @pytest.mark.slow
 def test_progress_counts_each_second_of_audio_once(base_pair):
-    from whisper_spec.options import ChunkingOptions, DecodingOptions
     from whisper_spec.longform.pipeline import transcribe
+    from whisper_spec.options import ChunkingOptions, DecodingOptions
 
     long_file = QUILTER
     audio, rate = soundfile.read(long_file, dtype="float32")
@@ -315,6 +320,7 @@ def test_the_bar_says_what_it_waits_for_and_never_passes_its_total(monkeypatch, 
     assert re.match(r"whisper-spec: 2 files, \d+ s of audio to transcribe\n", capsys.readouterr().err)
 
 
+@pytest.mark.slow
 def test_json_times_are_rounded_and_stdout_blocks_are_labelled(capsys):
     code, out, err = run(capsys, "transcribe", QUILTER, CLIPS[0], "-m", "tiny.en", "-f", "json", "-f", "srt", "-q")
     assert code == 0, err
@@ -325,6 +331,7 @@ def test_json_times_are_rounded_and_stdout_blocks_are_labelled(capsys):
     assert all(round(t, 3) == t and len(repr(t)) < 12 for t in times), times
 
 
+@pytest.mark.slow
 def test_digital_silence_gives_no_text(capsys, tmp_path):
     silence = tmp_path / "silence.wav"
     soundfile.write(silence, np.zeros(16000 * 5, dtype=np.float32), 16000)
@@ -345,8 +352,8 @@ def test_digital_silence_gives_no_text(capsys, tmp_path):
 @pytest.mark.slow
 def test_noise_and_room_tone_give_no_text_and_speech_is_kept(tmp_path):
     """Whisper's no-speech rule: made-up sounds in one batch with speech, both decoding modes."""
-    from whisper_spec.options import DecodingOptions
     from whisper_spec.longform.pipeline import transcribe
+    from whisper_spec.options import DecodingOptions
 
     rng = np.random.default_rng(0)
     seconds = 16000 * 6
@@ -380,6 +387,7 @@ def test_noise_and_room_tone_give_no_text_and_speech_is_kept(tmp_path):
     assert next(transcribe(pair, paths[:1], unruled)).text == ""
 
 
+@pytest.mark.slow
 def test_written_model_files_are_readable_by_others(capsys, tmp_path):
     code, _, err = run(capsys, "quantize", "tiny.en", "-o", tmp_path / "q")
     assert code == 0, err
@@ -432,6 +440,7 @@ def test_readme_says_how_to_get_the_cpu_wheel_on_a_plain_machine():
     assert readme.count("```bash\npip install") == 2  # still exactly two set-up commands
 
 
+@pytest.mark.slow
 def test_unusable_audio_is_one_line_each_and_the_rest_finishes(capsys, tmp_path):
     truncated = tmp_path / "truncated.flac"
     truncated.write_bytes(QUILTER.read_bytes()[:2000])
@@ -496,6 +505,7 @@ def test_an_unwritable_model_cache_is_one_line(capsys, monkeypatch, read_only_fo
         assert f"{read_only_folder}" in err and "cannot write the model cache" in err and "WHISPER_SPEC_CACHE" in err
 
 
+@pytest.mark.slow
 def test_a_broken_model_folder_is_one_line_for_model_and_assistant(capsys, tmp_path):
     tiny = load.resolve_model("tiny.en")
     truncated, other_type = tmp_path / "truncated", tmp_path / "other-type"
@@ -564,8 +574,8 @@ class _Stdin:
     (_Stdin(b"not audio at all"), "-: cannot decode audio (Error opening '-': Format not recognised.)"),
 ])
 def test_piped_input_that_cannot_be_used_is_one_line_naming_dash(monkeypatch, stdin, message):
-    from whisper_spec.speech.audio import AudioError, load_audio
     from whisper_spec.jobs.inputs import audio_seconds, jobs_of_files
+    from whisper_spec.speech.audio import AudioError, load_audio
 
     monkeypatch.setattr(sys, "stdin", stdin)
     assert audio_seconds(Path("-")) == 0.0 and stdin.buffer.tell() == 0  # a header read would use it up

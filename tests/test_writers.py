@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from whisper_spec.options import OUTPUT_FORMATS, SubtitleOptions
-from whisper_spec.longform.transcript import Transcript
 from whisper_spec.longform.segments import Segment
 from whisper_spec.longform.timing import Word
+from whisper_spec.longform.transcript import Transcript
+from whisper_spec.options import OUTPUT_FORMATS, SubtitleOptions
 from whisper_spec.outputs.writers import RENDERERS, cues, render
 
 SENTENCES = ["When I was a kid, the disaster we worried about most was a nuclear war.",

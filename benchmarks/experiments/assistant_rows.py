@@ -14,10 +14,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import SPEECH, manifest_rows  # noqa: E402
 
+from whisper_spec.longform.pipeline import transcribe  # noqa: E402
 from whisper_spec.models import load as load_module  # noqa: E402
 from whisper_spec.models.load import load_pair  # noqa: E402
 from whisper_spec.options import DecodingOptions  # noqa: E402
-from whisper_spec.longform.pipeline import transcribe  # noqa: E402
+
 rows = [r for r in manifest_rows() if r["set"] == "librispeech"][:30]
 paths = [str(SPEECH / r["path"]) for r in rows]
 pairs = {}

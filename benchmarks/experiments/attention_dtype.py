@@ -37,14 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/_comm
 from _common import SPEECH, command_line_pair, manifest_rows, write_report  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from whisper_spec.speech.audio import N_SAMPLES, batch_features, load_audio  # noqa: E402
 from whisper_spec.bench.metrics import machine_info, word_error_rate  # noqa: E402
 from whisper_spec.decode.decoding import decode_encoded  # noqa: E402
 from whisper_spec.decode.encoding import encode, encoder_states  # noqa: E402
-from whisper_spec.options import DecodingOptions  # noqa: E402
-from whisper_spec.models.pair import decoder_precision  # noqa: E402
-from whisper_spec.models.platform import query_rows  # noqa: E402
 from whisper_spec.decode.stats import DecodingStats  # noqa: E402
+from whisper_spec.models.pair import decoder_precision  # noqa: E402
+from whisper_spec.models.row_invariance import query_rows
+from whisper_spec.options import DecodingOptions  # noqa: E402
+from whisper_spec.speech.audio import N_SAMPLES, batch_features, load_audio  # noqa: E402
 
 # (main, assistant) attention dtypes, keys head_dim-major
 CONFIGS = {"float32": (torch.float32, torch.float32, True), "float32 row-major keys": (torch.float32, torch.float32, False),

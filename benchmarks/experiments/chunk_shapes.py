@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import long_recordings  # noqa: E402
 
 from whisper_spec.bench.metrics import word_error_rate  # noqa: E402
-from whisper_spec.models.load import load_pair  # noqa: E402
-from whisper_spec.options import ChunkingOptions, DecodingOptions  # noqa: E402
 from whisper_spec.longform.pipeline import transcribe  # noqa: E402
+from whisper_spec.models.load import load_pair  # noqa: E402
 from whisper_spec.models.platform import default_precision  # noqa: E402
 from whisper_spec.models.sources import default_assistant  # noqa: E402
+from whisper_spec.options import ChunkingOptions, DecodingOptions  # noqa: E402
 
 VARIANTS = {"vad": ChunkingOptions(vad=True), "seq": ChunkingOptions(vad=False)}
 

@@ -24,15 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/_comm
 from _common import SPEECH, manifest_rows, write_report  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from whisper_spec.speech.audio import batch_features, load_audio  # noqa: E402
 from whisper_spec.bench.metrics import machine_info, word_error_rate  # noqa: E402
 from whisper_spec.decode.decoding import decode_encoded  # noqa: E402
 from whisper_spec.decode.encoding import encode  # noqa: E402
+from whisper_spec.decode.stats import DecodingStats  # noqa: E402
 from whisper_spec.models.load import DEFAULT_ASSISTANT, load_pair  # noqa: E402
-from whisper_spec.options import DecodingOptions  # noqa: E402
 from whisper_spec.models.pair import decoder_precision, encoder_precision  # noqa: E402
 from whisper_spec.models.platform import default_precision  # noqa: E402
-from whisper_spec.decode.stats import DecodingStats  # noqa: E402
+from whisper_spec.options import DecodingOptions  # noqa: E402
+from whisper_spec.speech.audio import batch_features, load_audio  # noqa: E402
 
 
 def main() -> int:

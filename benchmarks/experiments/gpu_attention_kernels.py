@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: no install needed (nor soundfile)
-from whisper_spec.models.model import attend, attention_bias  # noqa: E402
+from whisper_spec.models.attention import attend
+from whisper_spec.models.model import attention_bias
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}

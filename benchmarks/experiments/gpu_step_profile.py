@@ -30,13 +30,13 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import SPEECH, manifest_rows, save_report, write_report  # noqa: E402
 
-from whisper_spec.speech.audio import load_audio  # noqa: E402
 from whisper_spec.decode.decoding import decode_windows  # noqa: E402
 from whisper_spec.decode.encoding import pair_features  # noqa: E402
 from whisper_spec.models.load import load_pair  # noqa: E402
 from whisper_spec.models.model import Linear  # noqa: E402
-from whisper_spec.options import DecodingOptions  # noqa: E402
 from whisper_spec.models.platform import synchronize  # noqa: E402
+from whisper_spec.options import DecodingOptions  # noqa: E402
+from whisper_spec.speech.audio import load_audio  # noqa: E402
 
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize")
 

@@ -26,14 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/_comm
 from _common import SPEECH, manifest_rows, write_report  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from whisper_spec.speech.audio import batch_features, load_audio  # noqa: E402
 from whisper_spec.bench.metrics import machine_info  # noqa: E402
 from whisper_spec.decode.decoding import decode_encoded  # noqa: E402
 from whisper_spec.decode.encoding import encode  # noqa: E402
-from whisper_spec.models.load import DEFAULT_ASSISTANT, load_pair  # noqa: E402
-from whisper_spec.options import DecodingOptions  # noqa: E402
-from whisper_spec.models.pair import decoder_precision  # noqa: E402
 from whisper_spec.decode.stats import DecodingStats  # noqa: E402
+from whisper_spec.models.load import DEFAULT_ASSISTANT, load_pair  # noqa: E402
+from whisper_spec.models.pair import decoder_precision  # noqa: E402
+from whisper_spec.options import DecodingOptions  # noqa: E402
+from whisper_spec.speech.audio import batch_features, load_audio  # noqa: E402
 
 PRECISIONS = {"float32 rows, row-int8": "float32", "bfloat16 rows, aten int8pack_mm": "bfloat16"}
 

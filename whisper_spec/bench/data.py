@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..speech.audio import SAMPLE_RATE, load_audio
 from ..jobs.inputs import collect_jobs
+from ..speech.audio import SAMPLE_RATE, load_audio
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from tqdm import tqdm
 from ..decode.decoding import decode_windows
 from ..decode.encoding import detect_languages, pair_features
 from ..decode.fixed_shapes import CompileError
-from ..options import CHUNK_SECONDS, BenchOptions, DecodingOptions
+from ..decode.stats import DecodingStats
 from ..models.pair import WhisperPair
 from ..models.platform import synchronize
-from ..decode.stats import DecodingStats
+from ..options import CHUNK_SECONDS, BenchOptions, DecodingOptions
 from .data import Utterance, batches
 from .metrics import PeakMemory
 from .peers import load_peers

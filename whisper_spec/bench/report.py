@@ -8,9 +8,9 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
+from ..decode.stats import DecodingStats, round_costs
 from ..models.pair import decoder_precision, encoder_precision
 from ..models.platform import counts_allocator_memory
-from ..decode.stats import DecodingStats, round_costs
 from .metrics import machine_info, word_error_rate
 
 REPORT_VERSION = 1

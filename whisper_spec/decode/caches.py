@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..models.model import CrossStates, Decoder, DecoderCaches, KVCache
+from ..models.attention import CrossStates, DecoderCaches, KVCache
+from ..models.model import Decoder
 
 
 def self_attention_caches(decoder: Decoder, batch: int, n_ctx: int) -> list[KVCache]:

@@ -16,20 +16,21 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from ..models.attention import CrossStates
+from ..models.pair import Whisper, WhisperPair
+from ..models.platform import Platform, synchronize
+from ..models.tokenizer import TIME_PRECISION
+from ..options import DecodingOptions
 from .caches import BatchCaches
+from .context import Context, State, initial_state
 from .drafts import compiled_draft_logits, draft_logits
 from .encoding import Encoded, detect_language, encode, sot_logits
 from .fixed_shapes import fixed_shape_decode
-from ..models.model import CrossStates
-from ..options import DecodingOptions
-from ..models.pair import Whisper, WhisperPair
-from ..models.platform import Platform, synchronize
 from .results import WindowResult, best_attempt, compression_ratio, needs_fallback
 from .rules import LogitRules
 from .sampling import row_seeds
-from .speculative import Context, State, initial_state, read_no_speech, speculative_decode
+from .speculative import read_no_speech, speculative_decode
 from .stats import DecodingStats
-from ..models.tokenizer import TIME_PRECISION
 
 
 def auto_drafts(platform: Platform, assistant_cross: CrossStates, batch: int) -> bool:

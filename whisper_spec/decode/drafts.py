@@ -7,7 +7,7 @@ import warnings
 
 from torch import Tensor
 
-from ..models.model import DecoderCaches
+from ..models.attention import DecoderCaches
 
 
 def draft_logits(decoder, caches: DecoderCaches, span: int, window: Tensor, positions: Tensor,

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..speech.audio import batch_features, signal_frames
-from ..models.model import CrossStates, DecoderCaches
+from ..models.attention import CrossStates, DecoderCaches
 from ..models.pair import Whisper, WhisperPair
 from ..models.platform import synchronize
+from ..speech.audio import batch_features, signal_frames
 from .stats import DecodingStats
 
 

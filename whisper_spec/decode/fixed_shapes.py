@@ -11,15 +11,14 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-from .caches import BatchCaches
-from .graphs import RoundGraph, buffer_layout, capture_round, step_graphs
-from ..models.model import DecoderCaches
+from ..models.attention import DecoderCaches
 from ..models.pair import Whisper
+from .caches import BatchCaches
+from .context import Context, State
+from .graphs import RoundGraph, buffer_layout, capture_round, step_graphs
 from .rules import LogitRules
 from .sampling import choose_tokens
 from .speculative import (
-    Context,
-    State,
     accept_greedy,
     advance,
     head_input,

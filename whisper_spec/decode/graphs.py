@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..models.model import DecoderCaches
+from ..models.attention import DecoderCaches
 
 
 def buffer_layout(caches: DecoderCaches) -> tuple:

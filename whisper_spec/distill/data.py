@@ -15,14 +15,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..speech.audio import N_SAMPLES, SAMPLE_RATE, AudioError, batch_features, load_audio
 from ..decode.decoding import decode_encoded
 from ..decode.encoding import Encoded
 from ..jobs.inputs import Job, audio_seconds
-from ..models.model import CrossStates, DecoderCaches
-from ..options import LONG_RECORDING_SECONDS, DecodingOptions, DistillOptions
+from ..models.attention import CrossStates, DecoderCaches
 from ..models.pair import Whisper, WhisperPair
 from ..models.sources import cache_dir
+from ..options import LONG_RECORDING_SECONDS, DecodingOptions, DistillOptions
+from ..speech.audio import N_SAMPLES, SAMPLE_RATE, AudioError, batch_features, load_audio
 
 CACHE_VERSION = 1  # of the window files' contents
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 from ..models.checkpoint import save_safetensors
-from ..models.model import Decoder, DraftHead
-from ..options import LONG_RECORDING_SECONDS
+from ..models.draft_head import DraftHead
+from ..models.model import Decoder
 from ..models.pair import (
     ASSISTANT_CONFIG,
     ASSISTANT_FORMAT,
@@ -20,6 +20,7 @@ from ..models.pair import (
     own_state,
     share_main_modules,
 )
+from ..options import LONG_RECORDING_SECONDS
 from .data import Example
 
 

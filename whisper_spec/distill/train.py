@@ -16,12 +16,14 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ..jobs.inputs import collect_jobs
-from ..models.load import load_distilled
-from ..models.model import Decoder, DecoderCaches, DraftHead
-from ..options import DistillOptions
-from ..models.pair import Whisper, WhisperPair, own_state
 from ..decode.speculative import hidden_before
+from ..jobs.inputs import collect_jobs
+from ..models.attention import DecoderCaches
+from ..models.draft_head import DraftHead
+from ..models.load import load_distilled
+from ..models.model import Decoder
+from ..models.pair import Whisper, WhisperPair, own_state
+from ..options import DistillOptions
 from .data import Example, default_cache, is_long, load_cache, plan_recordings, prepare_teacher_cache
 from .student import build_student, choose_draft_vocab, save_assistant, spread_layers
 

@@ -13,13 +13,13 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Callable
 
-from .inputs import AudioProgress, Job
-from ..options import BATCH_SIZE, ChunkingOptions, DecodingOptions, SubtitleOptions
-from ..models.pair import WhisperPair
+from ..decode.stats import DecodingStats
 from ..longform.pipeline import transcribe
 from ..longform.transcript import Failure, Transcript
-from ..decode.stats import DecodingStats
+from ..models.pair import WhisperPair
+from ..options import BATCH_SIZE, ChunkingOptions, DecodingOptions, SubtitleOptions
 from ..outputs.writers import segment_line, write_atomic, write_outputs
+from .inputs import AudioProgress, Job
 
 FAILURES_FILE = "failures.jsonl"
 SUMMARY_FILE = "summary.json"

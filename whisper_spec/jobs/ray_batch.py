@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..decode.stats import DecodingStats
+from ..longform.pipeline import Failure, transcribe
+from ..options import BATCH_SIZE, ChunkingOptions, DecodingOptions, RayOptions, SubtitleOptions
 from ..speech.audio import AudioError, load_audio
 from .batch import BatchLog, write_result
 from .inputs import Job
-from ..options import BATCH_SIZE, ChunkingOptions, DecodingOptions, RayOptions, SubtitleOptions
-from ..longform.pipeline import Failure, transcribe
-from ..decode.stats import DecodingStats
 
 FILES_PER_CALL = 4  # files an actor takes per call; their windows fill batches together
 DECODE_TASKS = 2  # audio-decoding tasks at once

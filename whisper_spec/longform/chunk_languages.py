@@ -14,11 +14,17 @@ import time
 
 import torch
 
-from ..speech.audio import SAMPLE_RATE
-from ..decode.encoding import (Encoded, cross_language_probabilities, encoder_states, most_likely, pair_features,
-                       states_language_probabilities)
+from ..decode.encoding import (
+    Encoded,
+    cross_language_probabilities,
+    encoder_states,
+    most_likely,
+    pair_features,
+    states_language_probabilities,
+)
 from ..models.pair import WhisperPair
 from ..models.platform import synchronize
+from ..speech.audio import SAMPLE_RATE
 from ..speech.vad import plan_chunks
 from .windows import File, Window, silent
 

@@ -21,15 +21,15 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from ..speech.audio import SAMPLE_RATE, AudioError, load_audio
-from .chunk_languages import ChunkLanguages, file_language
 from ..decode.decoding import decode_encoded, encode_batch
 from ..decode.encoding import pair_features
-from ..options import BATCH_SIZE, ChunkingOptions, DecodingOptions
-from ..models.pair import WhisperPair
-from ..models.platform import synchronize
 from ..decode.results import WindowResult
 from ..decode.stats import DecodingStats
+from ..models.pair import WhisperPair
+from ..models.platform import synchronize
+from ..options import BATCH_SIZE, ChunkingOptions, DecodingOptions
+from ..speech.audio import SAMPLE_RATE, AudioError, load_audio
+from .chunk_languages import ChunkLanguages, file_language
 from .timing import word_timings
 from .transcript import Failure, Transcript
 from .windows import File, Window, end_floor, follow, plan_file, silent, sparse

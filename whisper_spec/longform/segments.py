@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..speech.audio import SAMPLE_RATE
-from .timing import Word
 from ..models.tokenizer import TIME_PRECISION, Tokenizer
+from ..speech.audio import SAMPLE_RATE
 from ..speech.vad import clamp_to_speech, speech_within
+from .timing import Word
 
 # Whisper often ends a window's text early, before speech that is still in the window: when its last
 # segment ends this many seconds or more before the window does, the rest is decoded as a window of

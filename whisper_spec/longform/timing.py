@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..speech.audio import HOP_LENGTH
 from ..decode.caches import kept_cache_length, self_attention_caches
-from ..models.model import CrossStates, DecoderCaches
+from ..models.attention import CrossStates, DecoderCaches
 from ..models.pair import Whisper
 from ..models.tokenizer import TIME_PRECISION, Tokenizer
+from ..speech.audio import HOP_LENGTH
 
 MEDIAN_FILTER_WIDTH = 7  # encoder frames
 # punctuation joined to the next word (prepended) or to the previous one (appended), as openai-whisper does

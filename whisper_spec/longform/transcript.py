@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .segments import Segment
 from ..decode.stats import DecodingStats
+from .segments import Segment
 
 
 @dataclass

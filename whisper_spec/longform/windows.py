@@ -17,13 +17,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..speech.audio import SAMPLE_RATE, SILENCE_PEAK, peak
-from ..options import ChunkingOptions
 from ..decode.results import WindowResult
-from .segments import END_SLACK_SECONDS, TAIL_SECONDS, Segment, keep_to_speech, once_each, skipped_stretch, window_segments
-from .timing import Word
 from ..models.tokenizer import Tokenizer
+from ..options import ChunkingOptions
+from ..speech.audio import SAMPLE_RATE, SILENCE_PEAK, peak
 from ..speech.vad import VAD_FRAME, padded, plan_chunks, speech_regions, speech_within
+from .segments import (
+    END_SLACK_SECONDS,
+    TAIL_SECONDS,
+    Segment,
+    keep_to_speech,
+    once_each,
+    skipped_stretch,
+    window_segments,
+)
+from .timing import Word
 
 # Whisper sometimes closes a segment far later than its words end, skipping speech after them: a
 # segment longer than this many seconds plus SPARSE_SECONDS_PER_TOKEN for each of its tokens has its

@@ -21,10 +21,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from ..options import DTYPES, ENCODER_PRECISIONS
 from . import quantize
 from .checkpoint import Checkpoint, read_dims, save_safetensors, to_ours
-from .model import Decoder, DraftHead, Encoder, Linear, ModelDims
-from ..options import DTYPES, ENCODER_PRECISIONS
+from .draft_head import DraftHead
+from .model import Decoder, Encoder, Linear, ModelDims
 from .pair import (
     ASSISTANT_CONFIG,
     DISTILLED_FRAME_MARGIN,

@@ -1,4 +1,4 @@
-"""A compact Whisper: encoder, decoder and a static KV cache with per-row positions.
+"""A compact Whisper: encoder and decoder over a static KV cache with per-row positions (attention.py).
 
 The decoder is written for speculative decoding: every call takes explicit positions per row,
 writes its keys and values into a preallocated cache at those positions, and attends causally by
@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .attention import CrossStates, DecoderCaches, KVCache, cast, decoder_attention, keys_in_memory
 from .kept import DecoderKept
 
 
@@ -33,12 +34,6 @@ class ModelDims:
     n_text_ffn: int
 
 
-def cast(tensor: Tensor, dtype: torch.dtype) -> Tensor:
-    """tensor in dtype; one that already is costs no dispatcher call (a decoder step makes a
-    hundred such casts, most of them no-ops)."""
-    return tensor if tensor.dtype == dtype else tensor.to(dtype)
-
-
 def padded_rows(product, x: Tensor, min_rows: int) -> Tensor:
     """product(x) with x's rows (dim -2) padded with zeros to at least min_rows, those dropped after."""
     n_rows, padding = x.shape[-2], max(min_rows - x.shape[-2], 0)
@@ -50,7 +45,7 @@ def padded_rows(product, x: Tensor, min_rows: int) -> Tensor:
 class Linear(nn.Linear):
     """nn.Linear that computes in the activation dtype, so one model can hold mixed weights. Where
     the platform packed it (platform.prepare), float32 runs oneDNN's kernel on the packed copy; a
-    call of fewer than pad_rows rows is padded to them (platform.make_row_invariant), so a
+    call of fewer than pad_rows rows is padded to them (row_invariance.make_row_invariant), so a
     position's result does not depend on how many share its call."""
 
     def __init__(self, *args, **kwargs):
@@ -179,124 +174,6 @@ class Encoder(nn.Module):
         return self.ln_post(x)
 
 
-@dataclass
-class KVCache:
-    """Preallocated keys and values of one decoder self-attention layer: [batch, head, ctx, head_dim]."""
-
-    k: Tensor
-    v: Tensor
-
-    @classmethod
-    def empty(cls, batch: int, n_head: int, n_ctx: int, head_dim: int, dtype, device,
-              transposed_keys: bool = False) -> "KVCache":
-        """transposed_keys: keys stored head_dim-major (keys_in_memory)."""
-        # zeros, not torch.empty: a masked position's value still enters attention's product (times 0)
-        shape = (batch, n_head, n_ctx, head_dim)
-        keys = torch.zeros(shape, dtype=dtype, device=device)
-        return cls(keys_in_memory(keys, transposed_keys), torch.zeros(shape, dtype=dtype, device=device))
-
-    def write(self, positions: Tensor, k: Tensor, v: Tensor) -> None:
-        """positions: [batch, T]; k, v: [batch, head, T, head_dim]."""
-        # a scatter along the positions: one kernel, where indexing rows and positions is three
-        index = positions[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
-        self.k.scatter_(2, index, cast(k, self.k.dtype))
-        self.v.scatter_(2, index, cast(v, self.v.dtype))
-
-
-CrossStates = list  # per decoder block, the cross-attention (keys, values) of a batch: [batch, head, frames, head_dim] each
-
-
-@dataclass
-class DecoderCaches:
-    """What a decoder call attends to besides its tokens, for one batch: per block, the cross-attention
-    keys and values of the batch's audio (Decoder.cross_states), and while decoding the self-attention
-    caches (Decoder.new_caches). Without caches (training, whole-sequence scoring) a call attends to
-    its own tokens, at positions 0..T-1 in every row."""
-
-    cross: CrossStates
-    self_attention: list[KVCache] | None = None
-
-    def rows(self, keep: Tensor) -> "DecoderCaches":
-        """These rows only (an index or a mask), in that order: copies, the originals stay whole."""
-        return DecoderCaches([(k[keep], v[keep]) for k, v in self.cross], self.self_attention and [
-            KVCache(c.k[keep], c.v[keep]) for c in self.self_attention])
-
-    def compact(self, keep: Tensor) -> "DecoderCaches":
-        """These rows only (a mask), in order: moved to the front of each tensor in place, then views
-        of the first rows. Only for caches nothing else reads: unlike rows, it allocates nothing and
-        moves only the rows after the first one left out."""
-        index = keep.nonzero()[:, 0].tolist()
-        for t in self.tensors():
-            for row, source in enumerate(index):
-                if source != row:  # sources run ahead of rows: none is overwritten before it is read
-                    t[row].copy_(t[source])
-        n = len(index)
-        return DecoderCaches([(k[:n], v[:n]) for k, v in self.cross], self.self_attention and [
-            KVCache(c.k[:n], c.v[:n]) for c in self.self_attention])
-
-    def tensors(self) -> list[Tensor]:
-        """Every tensor a call reads or writes: the self-attention caches', then the cross-attention states."""
-        caches = self.self_attention or []
-        return [t for c in caches for t in (c.k, c.v)] + [t for kv in self.cross for t in kv]
-
-
-def keys_in_memory(keys: Tensor, transposed: bool) -> Tensor:
-    """keys [..., positions, head_dim] as a dense tensor of that shape, stored head_dim-major where
-    transposed (k^T contiguous: attention's q k^T then reads them in rows, faster on CPU;
-    decisions, "Keys stored transposed on CPU"), else row-major. Slices, row selections, clones
-    and dtype conversions keep the layout; .contiguous() does not."""
-    if transposed:
-        return keys.transpose(-1, -2).contiguous().transpose(-1, -2)
-    return keys.contiguous()
-
-
-def _bmm(a: Tensor, b: Tensor) -> Tensor:
-    """a @ b for [batch, head, ...] operands through one bmm on [batch * head, ...] views: the
-    kernel and strides torch.matmul reaches for these shapes, without its dozen reshaping ops a
-    call (a decoder step makes two dozen such products)."""
-    out = torch.bmm(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
-    return out.view(*a.shape[:-1], b.shape[-1])
-
-
-def attend(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, min_queries: int,
-           scores_out: list | None = None) -> Tensor:
-    """softmax(q k^T / sqrt(d)) v, with q padded with zero queries to at least min_queries rows
-    (platform.query_rows); blocked: True where a query may not attend."""
-    n_queries, padding = q.shape[-2], max(min_queries - q.shape[-2], 0)
-    if padding:
-        q = F.pad(q, (0, 0, 0, padding))
-        blocked = None if blocked is None else F.pad(blocked, (0, 0, 0, padding), value=False)
-    scores = _bmm(q * (q.shape[-1] ** -0.5), k.transpose(-1, -2))
-    if scores_out is not None:
-        scores_out.append(scores[..., :n_queries, :])
-    if blocked is not None:
-        scores = scores.masked_fill(blocked, float("-inf"))
-    out = _bmm(cast(torch.softmax(scores.float(), dim=-1), v.dtype), v)
-    return out[..., :n_queries, :] if padding else out
-
-
-def _decoder_attention(q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None, exact_queries: int | None,
-                       scores_out: list | None = None) -> Tensor:
-    """Attention written out rather than F.scaled_dot_product_attention, whose fused kernels pick
-    blockings by query count, so that one position's output would depend on how many are computed
-    at once. With a full-cache key span and row-invariant matmuls, a verified position's logits
-    are those of a one-token step, bit for bit. exact_queries (Decoder.exact_queries; None: not
-    asked): the query rows padding to which makes this CPU's matmuls row-invariant, 0 where none
-    does (then one product a query; the rest is elementwise or per row, row-invariant anyway).
-    blocked: True where a query may not attend. scores_out: a list the attention scores (before
-    the softmax) are appended to."""
-    if exact_queries is None:
-        return attend(q, k, v, blocked, 0, scores_out)
-    if exact_queries:
-        return attend(q, k, v, blocked, exact_queries, scores_out)
-    row_scores = [] if scores_out is not None else None
-    rows = [attend(q[..., i : i + 1, :], k, v, None if blocked is None else blocked[..., i : i + 1, :], 0, row_scores)
-            for i in range(q.shape[-2])]
-    if scores_out is not None:
-        scores_out.append(torch.cat(row_scores, dim=-2))
-    return torch.cat(rows, dim=-2)
-
-
 class DecoderAttention(nn.Module):
     """Causal self-attention (cached, by position) or cross-attention (keys from the encoder)."""
 
@@ -344,7 +221,7 @@ class DecoderAttention(nn.Module):
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 attn = F.scaled_dot_product_attention(cast(q, k.dtype), k, v)
         else:
-            attn = _decoder_attention(cast(q, k.dtype), k, v, None if self.cross else blocked, exact_queries, scores_out)
+            attn = decoder_attention(cast(q, k.dtype), k, v, None if self.cross else blocked, exact_queries, scores_out)
         return self.out(cast(_merge_heads(attn), x.dtype))
 
 
@@ -404,7 +281,7 @@ class Decoder(nn.Module):
         self.ln = nn.LayerNorm(dims.d_model)
         self.proj_out: nn.Module | None = None
         self.cross_source: list[int] | None = None  # per block: the main decoder layer whose cross keys/values it reuses
-        # queries padded to this many for row-invariant attention (platform.make_row_invariant; 0: one
+        # queries padded to this many for row-invariant attention (row_invariance.make_row_invariant; 0: one
         # product a query), None: the main decoder on a device without row invariance, or an assistant
         self.exact_queries: int | None = None
         # keys, values and attention; None: the activation dtype (platform.prepare)
@@ -454,7 +331,7 @@ class Decoder(nn.Module):
         query position; without (training), to the tokens of this call. Attention spans the whole
         cache unless span (> every position) limits it: a query's result then does not depend on how
         many positions one call computes, so the verification pass gives each position the logits a
-        one-token step would (bit for bit on CPU, see _decoder_attention), and no host sync is
+        one-token step would (bit for bit on CPU, see decoder_attention), and no host sync is
         needed for the length. Only an assistant, whose drafts need not be exact, passes a span.
         cross_scores: a list that gets each block's cross-attention scores, [batch, head, T, frames].
         """
@@ -511,36 +388,3 @@ class Decoder(nn.Module):
         """tokens, positions: [batch, T] -> logits [batch, n_logits or T, vocab] in float32."""
         x = self.features(tokens, positions, caches, span)
         return self.logits(x if n_logits is None else x[:, -n_logits:])
-
-
-class DraftHead(Decoder):
-    """A draft head (EAGLE, Li et al. 2024): a decoder of a layer or two whose input at each position
-    is its token's embedding fused with the main decoder's final hidden state at the position before,
-    and which predicts that state at its own position. Drafting past the main model's last verified
-    position, it reads its own predictions instead (speculative.draft). It shares the main model's
-    embedding, output rows and cross-attention key/value projections (pair.share_main_modules).
-
-    With feature_layers (EAGLE-3), what it reads at a verified position is the outputs of those main
-    decoder blocks and the final hidden state, concatenated and reduced to d_model (head_input).
-    What it reads is layer-normed before the fusion (feature_ln, as EAGLE-3's hidden_norm): Whisper's
-    final hidden states are far from unit scale (docs/decisions.md, "Draft heads")."""
-
-    def __init__(self, dims: ModelDims, feature_layers: tuple[int, ...] = ()):
-        super().__init__(dims)
-        self.feature_ln = nn.LayerNorm(dims.d_model)
-        self.fuse = Linear(2 * dims.d_model, dims.d_model)
-        self.feature_layers = tuple(feature_layers)
-        self.reduce = Linear((len(self.feature_layers) + 1) * dims.d_model, dims.d_model) if self.feature_layers else None
-
-    def head_input(self, main_features: Tensor) -> Tensor:
-        """The main decoder's features (through_blocks with taps=feature_layers) -> what the head
-        reads beside a token at a verified position."""
-        return main_features if self.reduce is None else self.reduce(cast(main_features, self.dtype))
-
-    def features(self, tokens: Tensor, positions: Tensor, caches: DecoderCaches, span: int | None = None,
-                 cross_scores: list | None = None, before: Tensor | None = None) -> Tensor:
-        """Decoder.features, given before [batch, T, d_model]: the main decoder's final hidden state
-        at each position minus one (zeros at position 0), or the head's own prediction of it."""
-        embedded = cast(self.token_embedding(tokens), self.dtype)
-        x = self.fuse(torch.cat([self.feature_ln(cast(before, self.dtype)), embedded], dim=-1))
-        return self.through_blocks(x, positions, caches, span, cross_scores)

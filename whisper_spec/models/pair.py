@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .model import Decoder, DraftHead, DraftVocabProjection, Encoder, Linear, ModelDims
+from .draft_head import DraftHead
+from .model import Decoder, DraftVocabProjection, Encoder, Linear, ModelDims
 from .platform import Platform, onednn_packed, resolve
 from .quantize import DynamicInt8Linear, Int8Linear, quantize_per_channel
 from .tokenizer import SpecialTokens, Tokenizer

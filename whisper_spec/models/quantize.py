@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .model import cast
+from .attention import cast
 
 INT8_FORMAT = "whisper-spec-int8/1"
 # the decoder's linear layers that go int8 (per block), and the tied embedding / output projection

@@ -10,10 +10,10 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Callable
 
-from ..options import SubtitleOptions
-from ..longform.transcript import Transcript
 from ..longform.segments import Segment
+from ..longform.transcript import Transcript
 from ..models.tokenizer import TIME_PRECISION
+from ..options import SubtitleOptions
 
 
 def _timestamp(seconds: float, decimal: str) -> str:

@@ -17,15 +17,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..speech.audio import SAMPLE_RATE
 from ..decode.decoding import decode_encoded, encode_batch
 from ..decode.encoding import pair_features
-from ..options import DecodingOptions, VadOptions
-from ..models.pair import WhisperPair
-from ..longform.transcript import Transcript
-from ..longform.segments import Segment, window_segments
 from ..decode.stats import DecodingStats
+from ..longform.segments import Segment, window_segments
+from ..longform.transcript import Transcript
+from ..models.pair import WhisperPair
 from ..models.tokenizer import TIME_PRECISION
+from ..options import DecodingOptions, VadOptions
+from ..speech.audio import SAMPLE_RATE
 from ..speech.vad import speech_regions
 
 WINDOW_SECONDS = 30.0

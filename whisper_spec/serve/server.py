@@ -30,13 +30,13 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from ..longform.transcript import Failure, Transcript
+from ..models.pair import WhisperPair
+from ..options import TEMPERATURE_INCREMENT, ChunkingOptions, DecodingOptions, ServerOptions, temperature_schedule
+from ..outputs.writers import render
 from ..speech.audio import AudioError, load_audio
 from .live import LiveUpdate
-from ..options import TEMPERATURE_INCREMENT, ChunkingOptions, DecodingOptions, ServerOptions, temperature_schedule
-from ..models.pair import WhisperPair
-from ..longform.transcript import Failure, Transcript
 from .serving import Busy, Scheduler
-from ..outputs.writers import render
 
 RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 GRANULARITIES = ("word", "segment")

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..speech.audio import SAMPLE_RATE
-from .live import LiveStream, LiveUpdate, finish, transcript, update
-from ..options import ChunkingOptions, DecodingOptions
-from ..models.pair import WhisperPair
 from ..longform.pipeline import DecodingJob, transcribe
 from ..longform.transcript import Failure, Transcript
+from ..models.pair import WhisperPair
+from ..options import ChunkingOptions, DecodingOptions
+from ..speech.audio import SAMPLE_RATE
+from .live import LiveStream, LiveUpdate, finish, transcript, update
 
 LIVE_STEP_SECONDS = 1.0  # a live stream is updated once it has this much new audio (live.py's figures)
 # when one is, every other stream with this much new audio joins its batch: streams out of step share batches

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .audio import SAMPLE_RATE, SILENCE_PEAK, peak
 from ..options import VadOptions
+from .audio import SAMPLE_RATE, SILENCE_PEAK, peak
 
 VAD_FRAME = 512  # samples Silero VAD scores at a time at 16 kHz
 VAD_CONTEXT = 64  # samples of the frame before it that a frame's score also reads
