@@ -147,13 +147,13 @@ def test_unknown_language_and_help(capsys):
 
 
 def test_a_language_list_reaches_the_decoding_options_of_both_commands():
-    from whisper_spec.cli.main import _setup
+    from whisper_spec.cli.common import setup
     from whisper_spec.cli.parser import build_parser
 
     for command in (["transcribe", "x"], ["batch", "x", "-o", "out"]):
         for flag, language, candidates in (("de", "de", None), ("German", "de", None),
                                            ("en, German,fr", None, ("en", "de", "fr"))):
-            options = _setup(build_parser().parse_args([*command, "-l", flag]), ["txt"], load=False)[0]
+            options = setup(build_parser().parse_args([*command, "-l", flag]), ["txt"], load=False)[0]
             assert (options.language, options.language_candidates) == (language, candidates), flag
 
 
@@ -168,17 +168,17 @@ def test_draft_defaults_are_the_decoding_options_defaults():
 
 
 def test_initial_prompt_reaches_the_decoding_options_of_both_commands():
-    from whisper_spec.cli.main import _setup
+    from whisper_spec.cli.common import setup
     from whisper_spec.cli.parser import build_parser
 
     for command in (["transcribe", "x"], ["batch", "x", "-o", "out"]):
         args = build_parser().parse_args([*command, "--initial-prompt", " Del Potro, 2007. "])
-        assert _setup(args, ["txt"], load=False)[0].prompt == "Del Potro, 2007."
-        assert _setup(build_parser().parse_args(command), ["txt"], load=False)[0].prompt is None
+        assert setup(args, ["txt"], load=False)[0].prompt == "Del Potro, 2007."
+        assert setup(build_parser().parse_args(command), ["txt"], load=False)[0].prompt is None
 
 
 def test_timed_formats_turn_timestamps_on_and_cutting_cues_word_timestamps():
-    from whisper_spec.cli.main import _setup
+    from whisper_spec.cli.common import setup
     from whisper_spec.cli.parser import build_parser
 
     for formats, flags, timestamps, words in ((["txt"], [], False, False), (["tsv"], [], True, False),
@@ -186,18 +186,18 @@ def test_timed_formats_turn_timestamps_on_and_cutting_cues_word_timestamps():
                                               (["vtt"], ["--max-line-count", "2"], True, True),
                                               (["srt"], ["--no-timestamps", "--max-words-per-line", "3"], False, True),
                                               (["vtt"], ["--highlight-words"], True, True)):
-        options, _, layout, _, _ = _setup(build_parser().parse_args(["transcribe", "x", *flags]), formats, load=False)
+        options, _, layout, _, _ = setup(build_parser().parse_args(["transcribe", "x", *flags]), formats, load=False)
         assert (options.timestamps, options.word_timestamps) == (timestamps, words), (formats, flags)
         assert layout.needs_word_times == words
 
 
 def test_a_temperature_above_one_is_said(capsys):
-    from whisper_spec.cli.main import _setup
+    from whisper_spec.cli.common import setup
     from whisper_spec.cli.parser import build_parser
 
     for flags, said in ((["--temperature", "2"], True), (["--temperature", "0,1.5"], True), ([], False),
                         (["--temperature", "1"], False), (["--temperature", "2", "-q"], False)):
-        options = _setup(build_parser().parse_args(["transcribe", "x", *flags]), ["txt"], load=False)[0]
+        options = setup(build_parser().parse_args(["transcribe", "x", *flags]), ["txt"], load=False)[0]
         err = capsys.readouterr().err
         assert ("above 1 sampling is close to uniform" in err) == said, (flags, err)
     assert options.temperature == (2.0,)
