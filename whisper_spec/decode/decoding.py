@@ -120,19 +120,8 @@ def decode_encoded(
     probabilities), so both modes decode the same windows again and keep the same texts."""
     batch = encoded.batch
     stats = stats or DecodingStats(windows=batch)
-    given = {"languages": languages, "seeds": seeds, "end floors": end_floors, "hints": hints, "prompts": prompts,
-             "prefixes": prefixes}
-    if any(values is not None and len(values) != batch for values in given.values()):
-        raise ValueError(", ".join(f"{len(v)} {name}" for name, v in given.items() if v is not None) + f" for {batch} windows")
-    if any(t < 0 or t >= pair.main.dims.n_vocab or t == pair.main.special.eot for p in prefixes or () for t in p):
-        raise ValueError(f"a prefix's token ids are text and timestamp tokens, below {pair.main.dims.n_vocab}, not EOT")
-    requests = [RowRequest(language=languages[i] if languages is not None else options.language,
-                           seed=seeds[i] if seeds is not None else 0,
-                           end_floor=end_floors[i] if end_floors is not None else 0.0,
-                           previous=previous_tokens(pair.main, prompts[i] if prompts is not None else options.prompt),
-                           prefix=tuple(prefixes[i]) if prefixes is not None else (),
-                           hint=tuple(hints[i]) if hints is not None and hints[i] is not None else None)
-                for i in range(batch)]
+    requests = _row_requests(pair, options, batch, languages=languages, seeds=seeds, end_floors=end_floors,
+                             hints=hints, prompts=prompts, prefixes=prefixes)
     first_temperature, *fallbacks = options.temperature
     attempts = [[r] for r in _by_prompt_length(pair, encoded, options, first_temperature, list(range(batch)), requests,
                                                stats)]
@@ -151,6 +140,24 @@ def decode_encoded(
             attempts[i].append(result)
         retry = [i for i in retry if needs_fallback(attempts[i][-1], options)]
     return [best_attempt(tried, options) for tried in attempts], stats
+
+
+def _row_requests(pair: WhisperPair, options: DecodingOptions, batch: int, **per_row) -> list[RowRequest]:
+    """decode_encoded's per-row arguments (each a list of batch values, or None: the options' or the
+    default) as one record a row, checked."""
+    if any(values is not None and len(values) != batch for values in per_row.values()):
+        given = ", ".join(f"{len(v)} {name.replace('_', ' ')}" for name, v in per_row.items() if v is not None)
+        raise ValueError(f"{given} for {batch} windows")
+    if any(t < 0 or t >= pair.main.dims.n_vocab or t == pair.main.special.eot for p in per_row["prefixes"] or ()
+           for t in p):
+        raise ValueError(f"a prefix's token ids are text and timestamp tokens, below {pair.main.dims.n_vocab}, not EOT")
+    value = lambda name, i, default: per_row[name][i] if per_row[name] is not None else default  # noqa: E731
+    return [RowRequest(language=value("languages", i, options.language), seed=value("seeds", i, 0),
+                       end_floor=value("end_floors", i, 0.0),
+                       previous=previous_tokens(pair.main, value("prompts", i, options.prompt)),
+                       prefix=tuple(value("prefixes", i, ())),
+                       hint=None if value("hints", i, None) is None else tuple(value("hints", i, None)))
+            for i in range(batch)]
 
 
 def _assistant(pair: WhisperPair, options: DecodingOptions, hinted: bool = False) -> Whisper | None:

@@ -25,6 +25,7 @@ from ..models.model import Decoder
 from ..models.pair import Whisper, WhisperPair, own_state
 from ..options import DistillOptions
 from .data import Example, default_cache, is_long, load_cache, plan_recordings, prepare_teacher_cache
+from .losses import distillation_loss, hidden_loss
 from .student import build_student, choose_draft_vocab, save_assistant, spread_layers
 
 # a language with fewer of the training sequences is not drafted for (see _draft_languages)
@@ -77,26 +78,6 @@ def _forward(student: Decoder, tokens: torch.Tensor, cross_kv, hidden: torch.Ten
     else:
         out = student.features(tokens, positions, caches, before=hidden_before(hidden, positions))
     return student.proj_out.compact(out), out
-
-
-def distillation_loss(logits, labels, top_ids, top_logits, options: DistillOptions) -> torch.Tensor:
-    """ce_weight * CE(pseudo-labels) + kl_weight * T^2 * KL(teacher top-k || assistant), per position."""
-    mask = labels >= 0
-    ce = F.cross_entropy(logits[mask], labels[mask])
-    t = options.kl_temperature
-    has_teacher = torch.isfinite(top_logits).any(dim=-1)
-    teacher = torch.softmax(top_logits[has_teacher] / t, dim=-1)
-    student = torch.log_softmax(logits[has_teacher] / t, dim=-1).gather(1, top_ids[has_teacher])
-    kl = (teacher * (torch.log(teacher.clamp(min=1e-20)) - student)).sum(dim=-1).mean()
-    return options.ce_weight * ce + options.kl_weight * t * t * kl
-
-
-def hidden_loss(predicted: torch.Tensor, hidden: torch.Tensor, tokens: torch.Tensor, eot: int) -> torch.Tensor:
-    """A draft head's regression onto the main decoder's final hidden states (EAGLE's smooth L1; the
-    last d_model of its features), over the positions up to each sequence's end of text."""
-    ends = (tokens == eot).long().argmax(dim=1)
-    mask = torch.arange(tokens.shape[1]) <= ends[:, None]
-    return F.smooth_l1_loss(predicted[mask], hidden[..., -predicted.shape[-1]:][mask])
 
 
 @torch.inference_mode()

@@ -1,0 +1,74 @@
+"""The package's layout follows the data: folders by stage, each importing only from itself and the
+stages before it, no import cycle, no module over 400 lines (docs/how-it-works.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "whisper_spec"
+CLI = Path(__file__).resolve().parents[1] / "cli"
+# the stages in the order the data passes them; bench and distill use all of them
+STAGES = ["options", "speech", "models", "decode", "longform", "outputs", "jobs", "serve", "bench", "distill"]
+MAX_LINES = 400
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted names under whisper_spec ('' for the package itself) -> their files."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of the package this one imports (a package's name where it imports the package)."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    package = [p for p in package if p]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = package[: len(package) - node.level + 1] if node.level > 1 else package
+            target = ".".join(base + ([node.module] if node.module else []))
+        elif (node.module or "").startswith("whisper_spec"):
+            target = node.module.removeprefix("whisper_spec").lstrip(".")
+        else:
+            continue
+        names = [f"{target}.{alias.name}" if target else alias.name for alias in node.names]
+        found |= {n for n in names if n in modules} or ({target} if target in modules else set())
+    return found - {name}
+
+
+def _stage(name: str) -> int | None:
+    head = name.split(".")[0]
+    return STAGES.index(head) if head in STAGES else None
+
+
+def test_no_module_imports_a_later_stage_and_there_is_no_cycle():
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert graph["longform.pipeline"] >= {"decode.decoding", "longform.windows"}  # the parser finds imports
+    against = [(name, target) for name, targets in graph.items() for target in targets
+               if name and _stage(name) is not None and _stage(target) is not None and _stage(target) > _stage(name)]
+    assert not against, f"imports against the flow: {against}"
+    done, cycles = set(), []
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            cycles.append(path[path.index(name):] + [name])
+        elif name not in done:
+            done.add(name)
+            for target in graph[name] - {""}:  # the package root re-exports lazily (importlib)
+                visit(target, path + [name])
+    for name in graph:
+        visit(name, [])
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_no_module_is_over_400_lines():
+    lengths = {path: len(path.read_text().splitlines()) for path in [*PACKAGE.rglob("*.py"), *CLI.glob("*.py")]}
+    assert len(lengths) > 60
+    assert not {str(p): n for p, n in lengths.items() if n > MAX_LINES}
