@@ -152,6 +152,10 @@ def add_decoding_options(parser: argparse.ArgumentParser) -> None:
                        help="a window whose text compresses better than this (a loop), or whose average "
                             "log-probability is below --logprob-threshold, is decoded at the next temperature; "
                             "'none': no such test (default: %(default)s)")
+    _add_long_audio_options(parser)
+
+
+def _add_long_audio_options(parser: argparse.ArgumentParser) -> None:
     long = parser.add_argument_group("long audio")
     long.add_argument("--vad", action=argparse.BooleanOptionalAction, default=ChunkingOptions.vad,
                       help="decode only the speech Silero VAD finds, in chunks of at most --chunk-length cut at "

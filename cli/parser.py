@@ -124,6 +124,12 @@ def _add_distill_parser(sub) -> None:
                        help="peak AdamW rate (default: %(default)s)")
     train.add_argument("--warmup-steps", type=int, default=DistillOptions.warmup_steps,
                        help="steps over which the learning rate rises to --lr (default: %(default)s)")
+    _add_distill_data_options(train)
+
+
+def _add_distill_data_options(train) -> None:
+    """What distillation trains on besides the audio given: joined and perturbed copies, shifted
+    windows, the held-out part and the languages' balance; and where it runs."""
     train.add_argument("--join", type=int, default=DistillOptions.join, metavar="N",
                        help="also train on recordings of N files joined end to end, whose 30 s windows are full and "
                             "cut speech at their edges, as long-form transcription's are (default: none)")

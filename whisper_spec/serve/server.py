@@ -58,86 +58,92 @@ class ApiError(Exception):
         return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
-def create_app(pair: WhisperPair, options: ServerOptions, chunking: ChunkingOptions = ChunkingOptions()) -> Starlette:
-    """The ASGI application: one scheduler (one decoding thread) for the pair, started and stopped
-    with the application's lifespan (its requests in flight finish first)."""
-    state: dict = {}
+class _Api:
+    """The application's handlers, over one pair and its scheduler (one decoding thread), which the
+    application's lifespan starts and stops (its requests in flight finish first)."""
+
+    def __init__(self, pair: WhisperPair, options: ServerOptions, chunking: ChunkingOptions):
+        self.pair, self.options, self.chunking = pair, options, chunking
+        self.scheduler: Scheduler | None = None
 
     @asynccontextmanager
-    async def lifespan(app):
-        state["scheduler"] = Scheduler(pair, options.max_batch, options.max_queue, chunking)
+    async def lifespan(self, app):
+        self.scheduler = Scheduler(self.pair, self.options.max_batch, self.options.max_queue, self.chunking)
         yield
-        await run_in_threadpool(state["scheduler"].close)
+        await run_in_threadpool(self.scheduler.close)
 
-    async def transcriptions(request: Request) -> Response:
-        return await _audio(request, "transcribe")
+    async def transcriptions(self, request: Request) -> Response:
+        return await self.audio(request, "transcribe")
 
-    async def translations(request: Request) -> Response:
-        return await _audio(request, "translate")
+    async def translations(self, request: Request) -> Response:
+        return await self.audio(request, "translate")
 
-    async def _audio(request: Request, task: str) -> Response:
+    async def audio(self, request: Request, task: str) -> Response:
         form = None
         try:
-            _authorize(request, options.api_key)
-            form = await _form(request, options.max_upload_mb)
-            upload, decoding, response_format, words = _read_form(form, task, pair, options.model_id)
+            _authorize(request, self.options.api_key)
+            form = await _form(request, self.options.max_upload_mb)
+            upload, decoding, response_format, words = _read_form(form, task, self.pair, self.options.model_id)
             audio = await run_in_threadpool(_decode_upload, upload)
-            scheduler: Scheduler = state["scheduler"]
             try:
-                future = scheduler.submit(upload.filename or "upload", audio, decoding)
+                future = self.scheduler.submit(upload.filename or "upload", audio, decoding)
             except Busy as busy:
                 raise ApiError(503, f"the server is busy: {busy}; try again shortly", code="server_busy",
                                kind="server_error", headers={"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
-            result = await _wait(request, asyncio.wrap_future(future), scheduler, future)
+            result = await _wait(request, asyncio.wrap_future(future), self.scheduler, future)
             if result is None:  # the client left
                 return Response(status_code=499)
             if isinstance(result, Failure):
                 raise ApiError(400, result.error, param="file")
-            return _respond(result, response_format, words, task, pair)
+            return _respond(result, response_format, words, task, self.pair)
         except ApiError as error:
             return error.response()
         finally:
             if form is not None:  # the upload's spooled file
                 await form.close()
 
-    async def models(request: Request) -> Response:
+    async def models(self, request: Request) -> Response:
         try:
-            _authorize(request, options.api_key)
+            _authorize(request, self.options.api_key)
         except ApiError as error:
             return error.response()
-        return JSONResponse({"object": "list", "data": [_model(options.model_id)]})
+        return JSONResponse({"object": "list", "data": [_model(self.options.model_id)]})
 
-    async def health(request: Request) -> Response:
-        scheduler: Scheduler = state["scheduler"]
+    async def health(self, request: Request) -> Response:
+        scheduler, options = self.scheduler, self.options
         return JSONResponse({"status": "ok" if scheduler.alive else "stopped", "model": options.model_id,
                              "in_flight": scheduler.in_flight, "max_batch": options.max_batch,
                              "max_queue": options.max_queue, **scheduler.stats.as_dict()},
                             status_code=200 if scheduler.alive else 503)
 
-    async def live(websocket: WebSocket) -> None:
+    async def live(self, websocket: WebSocket) -> None:
         await websocket.accept()
         try:
-            _authorize(websocket, options.api_key, in_query=True)
+            _authorize(websocket, self.options.api_key, in_query=True)
             try:
-                language = pair.main.special.language_code(websocket.query_params.get("language") or None)
+                language = self.pair.main.special.language_code(websocket.query_params.get("language") or None)
             except ValueError as error:
                 raise ApiError(400, f"language: {error}", param="language") from None
-            await _live(websocket, state["scheduler"], language, pair)
+            await _live(websocket, self.scheduler, language, self.pair)
         except ApiError as error:
             await websocket.send_json({"type": "error", "message": str(error), "code": error.code})
             await websocket.close(1013 if error.status == 503 else 1008)
 
-    async def page(request: Request) -> Response:
+    async def page(self, request: Request) -> Response:
         return HTMLResponse(resources.files("whisper_spec").joinpath("data/live.html").read_text())
 
+
+def create_app(pair: WhisperPair, options: ServerOptions, chunking: ChunkingOptions = ChunkingOptions()) -> Starlette:
+    """The ASGI application: OpenAI's audio API, the models list, health, and the live socket and page."""
+    api = _Api(pair, options, chunking)
     return Starlette(routes=[
-        Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
-        Route("/v1/audio/translations", translations, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        WebSocketRoute("/v1/audio/live", live),
-        Route("/live", page, methods=["GET"]),
-    ], lifespan=lifespan)
+        Route("/v1/audio/transcriptions", api.transcriptions, methods=["POST"]),
+        Route("/v1/audio/translations", api.translations, methods=["POST"]),
+        Route("/v1/models", api.models, methods=["GET"]),
+        Route("/health", api.health, methods=["GET"]),
+        WebSocketRoute("/v1/audio/live", api.live),
+        Route("/live", api.page, methods=["GET"]),
+    ], lifespan=api.lifespan)
 
 
 async def _live(websocket: WebSocket, scheduler: Scheduler, language: str | None, pair: WhisperPair) -> None:
