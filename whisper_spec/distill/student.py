@@ -132,31 +132,34 @@ def _data_description(recipe: dict, data: dict) -> tuple[str, str]:
     return joined_files, ends
 
 
-def model_card(config: dict) -> str:
-    """The assistant's model card: what it is, how it was made, what it reached while training."""
-    training = config.get("training", {})
-    recipe, data = training.get("recipe", {}), training.get("training_data", {})
-    def rate(name: str, entry: dict = training) -> str:
-        return "n/a" if entry.get(name) is None else f"{entry[name]:.3f}"
+def _rate(entry: dict, name: str) -> str:
+    return "n/a" if entry.get(name) is None else f"{entry[name]:.3f}"
 
+
+def _log_table(training: dict) -> str:
+    """The held-out figures at each evaluation while training, as a table."""
     figures = [name for name in (training.get("log") or [{}])[-1] if name.startswith("held_out_")]
     header = "| step | loss |" + "".join(f" {name.removeprefix('held_out_').replace('_', ' ')} |" for name in figures)
-    log = "\n".join(f"| {e['step']} | {e['loss']:.3f} |" + "".join(f" {rate(name, e)} |" for name in figures)
+    log = "\n".join(f"| {e['step']} | {e['loss']:.3f} |" + "".join(f" {_rate(e, name)} |" for name in figures)
                     for e in training.get("log", []))
-    joined = training.get("held_out_joined_acceptance") is not None
-    joined_line = (f" (on the held-out joined recordings' windows {rate('held_out_joined_acceptance_before')}"
-                   f" before, {rate('held_out_joined_acceptance')} after)") if joined else ""
-    joined_files, ends = _data_description(recipe, data)
+    return f"{header}\n|---:|---:|{'---:|' * len(figures)}\n{log}"
+
+
+def _languages_table(training: dict, data: dict) -> str:
+    """Per language, its training sequences, held-out acceptance and draft-vocabulary coverage (two
+    languages or more)."""
     by_language = training.get("held_out_acceptance_by_language") or {}
     coverage = training.get("held_out_draft_vocab_coverage_by_language") or {}
-    languages_table = "" if len(coverage) < 2 else (
+    return "" if len(coverage) < 2 else (
         "\n| language | training sequences | held-out acceptance | held-out tokens in the draft vocabulary |\n"
         "|---|---:|---:|---:|\n" + "\n".join(
             f"| {language} | {(data.get('train_sequences_by_language') or {}).get(language, 0)} | "
-            f"{rate(language, by_language)} | {rate(language, coverage)} |" for language in coverage) + "\n")
-    tasks = config["draft_tasks"]
-    by_task = training.get("held_out_acceptance_by_task") or {}
-    by_task = "; held-out acceptance " + ", ".join(f"{task} {rate(task, by_task)}" for task in by_task) if by_task else ""
+            f"{_rate(by_language, language)} | {_rate(coverage, language)} |" for language in coverage) + "\n")
+
+
+def _kind(config: dict, recipe: dict) -> tuple[str, str, str, str]:
+    """What the card says the assistant is: its kind, what it started from, a draft head's extra
+    losses, and how it exports."""
     is_head = config.get("kind") == HEAD_KIND
     started = (f" (through the distilled assistant `{recipe['init_assistant']}`, whose layers and draft vocabulary it"
                " started from)" if recipe.get("init_assistant") else "")
@@ -169,26 +172,22 @@ def model_card(config: dict) -> str:
     kind = (f"{len(config['layers_from_main'])}-layer draft head (EAGLE: it reads the main decoder's final hidden"
             f" states{tapped} and its token's embedding)" if is_head
             else f"{len(config['layers_from_main'])}-layer assistant decoder")
-    return f"""# Distilled assistant for {config['main_model']}
+    return kind, started, head_losses, export
 
-A {kind} for speculative decoding with `{config['main_model']}`
-(whisper-spec format: load it with `load_pair("{config['main_model']}", "<this folder>")` or
-`whisper-spec transcribe --model {config['main_model']} --assistant <this folder>`{export}). Greedy output
-with it is the main model's own, token for token.
 
-- Initialised from the main decoder's layers {config['layers_from_main']}{started}; it cross-attends to the main
-  encoder's output. Shared with the main model and not stored here: {'; '.join(config['shared_with_main'])}.
-- Drafts from {config['draft_vocab_size']} tokens of the vocabulary (EOT, timestamps, every pseudo-label
-  token, then the tokens the main model puts probability on, each language's counted as a share of
-  its own); the main model still scores all.
-- Drafts for rows in {', '.join(config.get('draft_languages') or ['every language'])} (the languages it was trained
-  and measured on; the main model's language detection decides a row's); other rows are decoded by
-  the main model alone.
-- Drafts for the {' and '.join(tasks)} task{'s' * (len(tasks) > 1)} (its training labels'{by_task}); for another the
-  main model decodes alone.
-- Stored: its own layers, positional embedding and final layer norm{" and its fusion layers" if is_head else ""}, float16.
+def _making_of(training: dict, head_losses: str) -> str:
+    """The card's recipe, data and training sections."""
+    recipe, data = training.get("recipe", {}), training.get("training_data", {})
 
-## Recipe
+    def rate(name: str) -> str:
+        return _rate(training, name)
+
+    joined = training.get("held_out_joined_acceptance") is not None
+    joined_line = (f" (on the held-out joined recordings' windows {rate('held_out_joined_acceptance_before')}"
+                   f" before, {rate('held_out_joined_acceptance')} after)") if joined else ""
+    joined_files, ends = _data_description(recipe, data)
+    languages_table = _languages_table(training, data)
+    return f"""## Recipe
 
 `{training.get('command')}`
 
@@ -214,7 +213,36 @@ assistant's argmax equals the main model's greedy token) {rate('held_out_accepta
 {rate('held_out_acceptance')} after{joined_line}; {rate('held_out_draft_vocab_coverage')} of
 held-out tokens are in the draft vocabulary.
 
-{header}
-|---:|---:|{"---:|" * len(figures)}
-{log}
+{_log_table(training)}
 """
+
+
+def model_card(config: dict) -> str:
+    """The assistant's model card: what it is, how it was made, what it reached while training."""
+    training = config.get("training", {})
+    recipe = training.get("recipe", {})
+    tasks = config["draft_tasks"]
+    by_task = training.get("held_out_acceptance_by_task") or {}
+    by_task = "; held-out acceptance " + ", ".join(f"{task} {_rate(by_task, task)}" for task in by_task) if by_task else ""
+    kind, started, head_losses, export = _kind(config, recipe)
+    is_head = config.get("kind") == HEAD_KIND
+    return f"""# Distilled assistant for {config['main_model']}
+
+A {kind} for speculative decoding with `{config['main_model']}`
+(whisper-spec format: load it with `load_pair("{config['main_model']}", "<this folder>")` or
+`whisper-spec transcribe --model {config['main_model']} --assistant <this folder>`{export}). Greedy output
+with it is the main model's own, token for token.
+
+- Initialised from the main decoder's layers {config['layers_from_main']}{started}; it cross-attends to the main
+  encoder's output. Shared with the main model and not stored here: {'; '.join(config['shared_with_main'])}.
+- Drafts from {config['draft_vocab_size']} tokens of the vocabulary (EOT, timestamps, every pseudo-label
+  token, then the tokens the main model puts probability on, each language's counted as a share of
+  its own); the main model still scores all.
+- Drafts for rows in {', '.join(config.get('draft_languages') or ['every language'])} (the languages it was trained
+  and measured on; the main model's language detection decides a row's); other rows are decoded by
+  the main model alone.
+- Drafts for the {' and '.join(tasks)} task{'s' * (len(tasks) > 1)} (its training labels'{by_task}); for another the
+  main model decodes alone.
+- Stored: its own layers, positional embedding and final layer norm{" and its fusion layers" if is_head else ""}, float16.
+
+""" + _making_of(training, head_losses)

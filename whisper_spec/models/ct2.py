@@ -180,6 +180,38 @@ def _add_timestamp_tokens(tokenizer: Tokenizer, first_id: int) -> None:
     tokenizer.add_special_tokens([AddedToken(name, special=False, normalized=False) for name in names])
 
 
+def _preprocessor_config(mel_bins: int) -> dict:
+    """preprocessor_config.json: Whisper's feature extractor (30 s windows of 16 kHz audio)."""
+    return {
+        "feature_extractor_type": "WhisperFeatureExtractor",
+        "processor_class": "WhisperProcessor",
+        "feature_size": mel_bins,
+        "sampling_rate": 16000,
+        "hop_length": 160,
+        "chunk_length": 30,
+        "n_fft": 400,
+        "n_samples": 480000,
+        "nb_max_frames": 3000,
+        "padding_side": "right",
+        "padding_value": 0.0,
+        "return_attention_mask": False,
+    }
+
+
+def _tokenizer_config() -> dict:
+    """tokenizer_config.json: Whisper's byte-level tokenizer, <|endoftext|> for every special role."""
+    return {
+        "tokenizer_class": "WhisperTokenizer",
+        "model_max_length": 1024,
+        "bos_token": "<|endoftext|>",
+        "eos_token": "<|endoftext|>",
+        "unk_token": "<|endoftext|>",
+        "pad_token": "<|endoftext|>",
+        "add_prefix_space": False,
+        "errors": "replace",
+    }
+
+
 def _hf_configs(ct2_config: dict, dims: dict, ids: dict) -> dict[str, dict]:
     """The Hugging Face configuration files of a converted model, by file name."""
     suppress = ct2_config.get("suppress_ids", [])
@@ -219,32 +251,9 @@ def _hf_configs(ct2_config: dict, dims: dict, ids: dict) -> dict[str, dict]:
     if ids["multilingual"]:  # English-only configs leave these out, as OpenAI's own do
         generation["lang_to_id"] = lang_to_id
         generation["task_to_id"] = {"transcribe": ids["transcribe"], "translate": ids["translate"]}
-    preprocessor = {
-        "feature_extractor_type": "WhisperFeatureExtractor",
-        "processor_class": "WhisperProcessor",
-        "feature_size": dims["num_mel_bins"],
-        "sampling_rate": 16000,
-        "hop_length": 160,
-        "chunk_length": 30,
-        "n_fft": 400,
-        "n_samples": 480000,
-        "nb_max_frames": 3000,
-        "padding_side": "right",
-        "padding_value": 0.0,
-        "return_attention_mask": False,
-    }
-    tokenizer_config = {
-        "tokenizer_class": "WhisperTokenizer",
-        "model_max_length": 1024,
-        "bos_token": "<|endoftext|>",
-        "eos_token": "<|endoftext|>",
-        "unk_token": "<|endoftext|>",
-        "pad_token": "<|endoftext|>",
-        "add_prefix_space": False,
-        "errors": "replace",
-    }
     return {"config.json": config, "generation_config.json": generation,
-            "preprocessor_config.json": preprocessor, "tokenizer_config.json": tokenizer_config}
+            "preprocessor_config.json": _preprocessor_config(dims["num_mel_bins"]),
+            "tokenizer_config.json": _tokenizer_config()}
 
 
 def convert_ct2_to_hf(ct2_dir: Path, output_dir: Path, model_bin: bytes | None = None) -> Path:
