@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import soundfile
-from whisper_spec.cli.main import pair_args
+from whisper_spec.cli.common import pair_args
 from whisper_spec.cli.parser import build_parser
 
 from whisper_spec.models.load import load_pair

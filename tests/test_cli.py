@@ -206,7 +206,7 @@ def test_a_temperature_above_one_is_said(capsys):
 @pytest.mark.slow
 def test_encoder_precision_is_left_to_the_loader_unless_a_flag_says(tmp_path):
     """No flag: load_pair's device default (platform.default_encoder_precision); --encoder-precision: that one."""
-    from whisper_spec.cli.main import pair_args
+    from whisper_spec.cli.common import pair_args
     from whisper_spec.cli.parser import build_parser
 
     for flags, expected in (([], None), (["--encoder-precision", "int8"], "int8"),
@@ -225,7 +225,7 @@ def test_int8_decoders_are_the_cpu_default_unless_a_flag_says():
     that kernel takes (platform.cpu_int8_dtype: bfloat16 where aten's fused kernel runs); --no-int8:
     float32 decoders; bench: int8 configurations beside the float ones by the same rule."""
     import torch
-    from whisper_spec.cli.main import pair_args
+    from whisper_spec.cli.common import pair_args
     from whisper_spec.cli.parser import build_parser
 
     from whisper_spec.models.platform import cpu_int8_dtype, default_int8

@@ -30,17 +30,17 @@ LONG = ["longform/bill_gates-TED-next-epidemic-excerpt.flac",
 
 
 def test_temperatures_are_openai_whispers_schedule_and_the_flags_set_it():
-    from whisper_spec.cli.main import _temperatures
+    from whisper_spec.cli.common import temperatures_from
 
     assert DecodingOptions().temperature == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     assert DecodingOptions(temperature=0.5).temperature == (0.5,)
     assert temperature_schedule(0.5, 0.25) == (0.5, 0.75, 1.0)
     assert temperature_schedule(0.0, None) == (0.0,)
     parse = build_parser().parse_args
-    assert _temperatures(parse(["transcribe", "a.wav"])) == DecodingOptions().temperature
-    assert _temperatures(parse(["transcribe", "a.wav", "--temperature", "0,0.5"])) == (0.0, 0.5)
-    assert _temperatures(parse(["transcribe", "a.wav", "--temperature-increment-on-fallback", "none"])) == (0.0,)
-    assert _temperatures(parse(["transcribe", "a.wav", "--temperature", "0.4",
+    assert temperatures_from(parse(["transcribe", "a.wav"])) == DecodingOptions().temperature
+    assert temperatures_from(parse(["transcribe", "a.wav", "--temperature", "0,0.5"])) == (0.0, 0.5)
+    assert temperatures_from(parse(["transcribe", "a.wav", "--temperature-increment-on-fallback", "none"])) == (0.0,)
+    assert temperatures_from(parse(["transcribe", "a.wav", "--temperature", "0.4",
                                 "--temperature-increment-on-fallback", "0.3"])) == (0.4, 0.7, 1.0)
     with pytest.raises(SystemExit):
         parse(["transcribe", "a.wav", "--temperature", "0,-1"])

@@ -109,7 +109,7 @@ def test_load_pair_loads_what_the_command_line_loads_unless_told():
     """The library's defaults are the command line's (platform.default_precision: int8 decoders on
     CPU where a fast int8 kernel runs), so a file transcribed from Python gets the command line's
     text; int8=False is --no-int8."""
-    from whisper_spec.cli.main import pair_args
+    from whisper_spec.cli.common import pair_args
     from whisper_spec.cli.parser import build_parser
 
     from whisper_spec.models.pair import decoder_precision, encoder_precision

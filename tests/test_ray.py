@@ -45,7 +45,7 @@ DRAFTING = DecodingOptions(timestamps=True, speculation="on")
 
 def command_line_pair() -> dict:
     """load_pair's arguments as `whisper-spec batch` gives them without flags (int8 decoders on CPU)."""
-    from whisper_spec.cli.main import pair_args
+    from whisper_spec.cli.common import pair_args
     from whisper_spec.cli.parser import build_parser
 
     return pair_args(build_parser().parse_args(["batch", "x", "-o", "y"]))

@@ -11,7 +11,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
@@ -25,6 +24,7 @@ from ..models.model import Decoder
 from ..models.pair import Whisper, WhisperPair, own_state
 from ..options import DistillOptions
 from .data import Example, default_cache, is_long, load_cache, plan_recordings, prepare_teacher_cache
+from .held_out import held_out_figures, held_out_groups
 from .losses import distillation_loss, hidden_loss
 from .student import build_student, choose_draft_vocab, save_assistant, spread_layers
 
@@ -136,23 +136,6 @@ def _cross_kv(main: Whisper, init_layers: list[int], encoder: torch.Tensor) -> l
     return out
 
 
-def _held_out_groups(held_out: list[Example], recording_of: list) -> tuple[dict, dict]:
-    """The held-out examples by language, and the groups whose acceptance training reports: overall,
-    on joined recordings' full windows, per task and per language where several."""
-    by_language: dict[str, list[Example]] = {}
-    for example in held_out:
-        by_language.setdefault(example.language, []).append(example)
-    by_language = dict(sorted(by_language.items()))
-    groups = {"held_out_acceptance": held_out,
-              "held_out_joined_acceptance": [e for e in held_out if len(recording_of[e.window].parts) > 1]}
-    tasks = sorted({e.task for e in held_out})
-    if len(tasks) > 1:
-        groups.update({f"held_out_{task}_acceptance": [e for e in held_out if e.task == task] for task in tasks})
-    if len(by_language) > 1:
-        groups.update({f"held_out_acceptance_{language}": group for language, group in by_language.items()})
-    return by_language, groups
-
-
 def distill(
     main_pair: WhisperPair,
     source: str | list[str],
@@ -184,15 +167,9 @@ def distill(
     if not train:
         raise ValueError(f"{', '.join(sources)}: no training windows left after holding out {options.held_out:.0%}")
     draft_languages = _draft_languages(train, held_out)
-    held_out_by_language, groups = _held_out_groups(held_out, recording_of)
+    held_out_by_language, groups = held_out_groups(held_out, recording_of)
 
-    if start is not None:
-        init_layers, draft_vocab = list(start.cross_source), start.draft_vocab.cpu()
-    else:
-        init_layers = list(options.init_layers or spread_layers(main.dims.n_text_layer, options.layers, options.head))
-        draft_vocab = choose_draft_vocab(main, train, options.draft_vocab)
-    to_draft = torch.full((main.dims.n_vocab,), -1, dtype=torch.long)
-    to_draft[draft_vocab] = torch.arange(len(draft_vocab))
+    init_layers, draft_vocab, to_draft = _layers_and_vocab(main, options, train, start)
     student = build_student(main, init_layers, draft_vocab, options.head, options.head_features, start)
     if options.head:
         teacher_hidden(main, examples, encoder, options.head_features)
@@ -201,28 +178,13 @@ def distill(
     train_started = time.perf_counter()
     initial, log = _train(student, data, options, output / "checkpoint.pt", resume)
 
-    def coverage(examples: list[Example]) -> float | None:
-        tokens = [t for e in examples for t in e.tokens[e.start + 1 :].tolist()]
-        return float(np.mean([to_draft[t] >= 0 for t in tokens])) if tokens else None
-
     summary = {
         "recipe": {**asdict(options), "init_layers": init_layers},
         "training_data": _training_data(sources, jobs, recordings, len(windows), held, languages, train),
         "command": command,
         "label_seconds": round(label_seconds, 1),
         "train_seconds": round(time.perf_counter() - train_started, 1),
-        "held_out_acceptance_before": initial.get("held_out_acceptance"),
-        "held_out_acceptance": log[-1]["held_out_acceptance"] if log else None,
-        "held_out_joined_acceptance_before": initial.get("held_out_joined_acceptance"),
-        "held_out_joined_acceptance": log[-1].get("held_out_joined_acceptance") if log else None,
-        "held_out_acceptance_by_language": {key.removeprefix("held_out_acceptance_"): value
-                                            for key, value in (log[-1] if log else {}).items()
-                                            if key.startswith("held_out_acceptance_")},
-        "held_out_acceptance_by_task": {task: (log[-1] if log else {}).get(f"held_out_{task}_acceptance")
-                                        for task in options.tasks} if len(options.tasks) > 1 else None,
-        "held_out_draft_vocab_coverage": coverage(held_out),
-        "held_out_draft_vocab_coverage_by_language": {
-            language: coverage(group) for language, group in held_out_by_language.items()},
+        **held_out_figures(initial, log, options.tasks, held_out, held_out_by_language, to_draft),
         "log": log,
         "torch": torch.__version__,
         "machine": f"{platform.machine()} ({os.cpu_count()} cores, {main_pair.device}), {torch.get_num_threads()} threads",
@@ -231,6 +193,20 @@ def distill(
                                            "training": summary})
     (output / "checkpoint.pt").unlink(missing_ok=True)
     return summary
+
+
+def _layers_and_vocab(main: Whisper, options: DistillOptions, train: list[Example], start: Decoder | None
+                      ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+    """The main layers the student starts from, its draft vocabulary, and each token's column in it
+    (-1: not drafted): a starting assistant's, else spread layers and the vocabulary the labels need."""
+    if start is not None:
+        init_layers, draft_vocab = list(start.cross_source), start.draft_vocab.cpu()
+    else:
+        init_layers = list(options.init_layers or spread_layers(main.dims.n_text_layer, options.layers, options.head))
+        draft_vocab = choose_draft_vocab(main, train, options.draft_vocab)
+    to_draft = torch.full((main.dims.n_vocab,), -1, dtype=torch.long)
+    to_draft[draft_vocab] = torch.arange(len(draft_vocab))
+    return init_layers, draft_vocab, to_draft
 
 
 def _start_assistant(options: DistillOptions, main_pair: WhisperPair) -> Decoder | None:
