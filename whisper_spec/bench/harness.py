@@ -162,6 +162,24 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
         return tokens, texts, None, []
 
     blocks = batches(len(utterances), math.lcm(*(c.batch_size for c in configs)))
+    warm_up_seconds = _warm_up(configs, blocks, len(utterances), execute, peers, left_out, note, bars, pair.device)
+    configs = [c for c in configs if c.engine not in left_out and c.name not in left_out]
+    runs = {c.name: Run(warm_up_seconds=warm_up_seconds[c.name]) for c in configs}
+    if not bars:
+        note(f"warmed up ({sum(warm_up_seconds.values()):.0f} s)")
+    _timed_repeats(configs, blocks, execute, runs, options.repeats, pair.device, note, bars)
+    for config in configs:
+        # a peer in a process of its own: that process's peak, not this one's
+        if config.engine in peers and peers[config.engine].peak_memory_bytes:
+            runs[config.name].peak_memory_bytes = peers[config.engine].peak_memory_bytes
+    return runs, configs, languages
+
+
+def _warm_up(configs: list[Config], blocks: list[range], n_utterances: int, execute, peers: dict, left_out: dict,
+             note, bars: bool, device: torch.device) -> dict[str, float]:
+    """Each configuration run once on every batch shape the timed blocks have (a full one and the last
+    block's remainder: a new shape captures CUDA graphs or compiles, which no timed run should pay);
+    its seconds by name. A peer, or a compiled configuration of ours, that fails is left out (left_out)."""
     bar = tqdm(total=len(configs), desc="warm-up", unit="run", disable=not bars)
     warm_up_seconds = {}
     for config in configs:
@@ -169,9 +187,7 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
         if config.baseline in left_out:  # planned after its baseline; it could not be checked
             left_out[config.name] = f"its baseline, {config.baseline}, is left out"
             continue
-        # every batch shape the timed blocks have, a full one and the last block's remainder: a new
-        # shape captures CUDA graphs or compiles, which no timed run should pay
-        shapes = [range(min(config.batch_size, len(utterances)))]
+        shapes = [range(min(config.batch_size, n_utterances))]
         shapes += [blocks[-1]] if len(blocks[-1]) % config.batch_size else []
         start = time.perf_counter()
         try:
@@ -184,18 +200,20 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
             left = config.engine if config.engine in peers else config.name
             left_out[left] = str(error)
             note(f"{left} is left out: {error}")
-        synchronize(pair.device)
+        synchronize(device)
         warm_up_seconds[config.name] = time.perf_counter() - start
     bar.close()
-    configs = [c for c in configs if c.engine not in left_out and c.name not in left_out]
-    runs = {c.name: Run(warm_up_seconds=warm_up_seconds[c.name]) for c in configs}
-    if not bars:
-        note(f"warmed up ({sum(warm_up_seconds.values()):.0f} s)")
-    bar = tqdm(total=len(configs) * options.repeats * len(blocks), desc="bench", unit="run", disable=not bars)
-    for repeat in range(options.repeats):
-        parts, seconds = _time_repeat(configs, blocks, execute, pair.device, bar)
+    return warm_up_seconds
+
+
+def _timed_repeats(configs: list[Config], blocks: list[range], execute, runs: dict[str, Run], repeats: int,
+                   device: torch.device, note, bars: bool) -> None:
+    """The timed passes over the audio, each configuration's results and seconds recorded in its run."""
+    bar = tqdm(total=len(configs) * repeats * len(blocks), desc="bench", unit="run", disable=not bars)
+    for repeat in range(repeats):
+        parts, seconds = _time_repeat(configs, blocks, execute, device, bar)
         if not bars:
-            note(f"timed pass {repeat + 1} of {options.repeats} ({sum(s[0] for s in seconds.values()):.0f} s)")
+            note(f"timed pass {repeat + 1} of {repeats} ({sum(s[0] for s in seconds.values()):.0f} s)")
         for config in configs:
             run, part = runs[config.name], parts[config.name]
             run.tokens, run.texts, run.stats, run.per_utterance = part.tokens, part.texts, part.stats, part.per_utterance
@@ -206,11 +224,6 @@ def _run_configs(pair: WhisperPair, int8_pair: WhisperPair | None, utterances: l
                 run.decoding_seconds.append(decoding)
             run.peak_memory_bytes = max(run.peak_memory_bytes or 0, part.peak_memory_bytes)
     bar.close()
-    for config in configs:
-        # a peer in a process of its own: that process's peak, not this one's
-        if config.engine in peers and peers[config.engine].peak_memory_bytes:
-            runs[config.name].peak_memory_bytes = peers[config.engine].peak_memory_bytes
-    return runs, configs, languages
 
 
 def _time_repeat(configs: list[Config], blocks: list[range], execute, device: torch.device, bar

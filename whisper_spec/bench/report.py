@@ -16,59 +16,64 @@ from .metrics import machine_info, word_error_rate
 REPORT_VERSION = 1
 
 
+def _config_entry(pair, config, runs: dict, utterances, references: list, languages: list[str], by_language: dict
+                  ) -> dict:
+    """A configuration's figures: WER, identity with its baseline, seconds, speedups against main-only
+    at its batch size and precision, acceptance, tokens, memory, and the same by language."""
+    run = runs[config.name]
+    baseline = runs.get(config.baseline)
+    # speedups against main-only at the same batch size and precision (int8 against int8)
+    float_main = runs.get(f"main{' int8' * config.int8} b{config.batch_size}")
+    total = statistics.median(run.total_seconds)
+    wer = word_error_rate(references, run.texts, languages)
+    differing = [] if baseline is None else [
+        u.id for u, a, b in zip(utterances, run.tokens, baseline.tokens) if a != b
+    ]
+    stats = run.stats
+    entry = {
+        "name": config.name, "engine": config.engine, "batch_size": config.batch_size,
+        "speculative": config.speculative, "int8": config.int8, "compiled": config.compiled,
+        "wer": wer,
+        "identical_to": config.baseline if baseline is not None else None,
+        "identical_fraction": None if baseline is None else 1 - len(differing) / len(utterances),
+        "differing_utterances": differing,
+        "total_seconds": total,
+        "total_seconds_all": run.total_seconds,
+        "warm_up_seconds": run.warm_up_seconds,
+        "encoder_seconds": statistics.median(run.encoder_seconds) if stats else None,
+        "decoding_seconds": statistics.median(run.decoding_seconds) if stats else None,
+        "speedup": statistics.median(float_main.total_seconds) / total if float_main else None,
+        "decoding_speedup": None,
+        "acceptance": stats.acceptance if stats else None,
+        "tokens_per_main_forward": stats.tokens_per_main_forward if stats else None,
+        "generated_tokens": stats.generated if stats else sum(len(t) + 1 for t in run.tokens),
+        "tokens_per_second": None,
+        "by_language": by_language[config.name],
+        "round_costs": (round_costs(stats, baseline.stats)
+                        if stats and config.speculative and baseline is not None and baseline.stats else None),
+        "drafted_by_position": stats.drafted_by_position if stats else [],
+        "accepted_by_position": stats.accepted_by_position if stats else [],
+        "peak_memory_bytes": run.peak_memory_bytes,
+        "peak_memory_kind": "cuda_max_allocated" if counts_allocator_memory(pair.device) else "process_rss",
+    }
+    seconds = entry["decoding_seconds"] or total
+    entry["tokens_per_second"] = entry["generated_tokens"] / seconds if seconds else None
+    if stats and float_main is not None and float_main.decoding_seconds:
+        entry["decoding_speedup"] = statistics.median(float_main.decoding_seconds) / entry["decoding_seconds"]
+        main_by_language = by_language[f"main{' int8' * config.int8} b{config.batch_size}"]
+        for language, figures in entry["by_language"].items():
+            main_seconds = main_by_language[language]["decoding_seconds"]
+            figures["decoding_speedup"] = main_seconds / figures["decoding_seconds"] if figures["decoding_seconds"] else None
+    return entry
+
+
 def build_report(pair, utterances, configs, runs, options, model, data, languages) -> dict:
     # a reference is what was said: for translation only English speech has the text to score against
     references = [u.text if options.task == "transcribe" or language == "en" else None
                   for u, language in zip(utterances, languages)]
     # once per run: a speculative configuration's per-language speedups read its main-only run's
     by_language = {config.name: _by_language(runs[config.name], references, languages) for config in configs}
-    results = []
-    for config in configs:
-        run = runs[config.name]
-        baseline = runs.get(config.baseline)
-        # speedups against main-only at the same batch size and precision (int8 against int8)
-        float_main = runs.get(f"main{' int8' * config.int8} b{config.batch_size}")
-        total = statistics.median(run.total_seconds)
-        wer = word_error_rate(references, run.texts, languages)
-        differing = [] if baseline is None else [
-            u.id for u, a, b in zip(utterances, run.tokens, baseline.tokens) if a != b
-        ]
-        stats = run.stats
-        entry = {
-            "name": config.name, "engine": config.engine, "batch_size": config.batch_size,
-            "speculative": config.speculative, "int8": config.int8, "compiled": config.compiled,
-            "wer": wer,
-            "identical_to": config.baseline if baseline is not None else None,
-            "identical_fraction": None if baseline is None else 1 - len(differing) / len(utterances),
-            "differing_utterances": differing,
-            "total_seconds": total,
-            "total_seconds_all": run.total_seconds,
-            "warm_up_seconds": run.warm_up_seconds,
-            "encoder_seconds": statistics.median(run.encoder_seconds) if stats else None,
-            "decoding_seconds": statistics.median(run.decoding_seconds) if stats else None,
-            "speedup": statistics.median(float_main.total_seconds) / total if float_main else None,
-            "decoding_speedup": None,
-            "acceptance": stats.acceptance if stats else None,
-            "tokens_per_main_forward": stats.tokens_per_main_forward if stats else None,
-            "generated_tokens": stats.generated if stats else sum(len(t) + 1 for t in run.tokens),
-            "tokens_per_second": None,
-            "by_language": by_language[config.name],
-            "round_costs": (round_costs(stats, baseline.stats)
-                            if stats and config.speculative and baseline is not None and baseline.stats else None),
-            "drafted_by_position": stats.drafted_by_position if stats else [],
-            "accepted_by_position": stats.accepted_by_position if stats else [],
-            "peak_memory_bytes": run.peak_memory_bytes,
-            "peak_memory_kind": "cuda_max_allocated" if counts_allocator_memory(pair.device) else "process_rss",
-        }
-        seconds = entry["decoding_seconds"] or total
-        entry["tokens_per_second"] = entry["generated_tokens"] / seconds if seconds else None
-        if stats and float_main is not None and float_main.decoding_seconds:
-            entry["decoding_speedup"] = statistics.median(float_main.decoding_seconds) / entry["decoding_seconds"]
-            main_by_language = by_language[f"main{' int8' * config.int8} b{config.batch_size}"]
-            for language, figures in entry["by_language"].items():
-                main_seconds = main_by_language[language]["decoding_seconds"]
-                figures["decoding_speedup"] = main_seconds / figures["decoding_seconds"] if figures["decoding_seconds"] else None
-        results.append(entry)
+    results = [_config_entry(pair, config, runs, utterances, references, languages, by_language) for config in configs]
     failures = check_exactness(results)
     return {
         "report_version": REPORT_VERSION,

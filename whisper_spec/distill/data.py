@@ -140,6 +140,37 @@ def _teacher_top_k(main: Whisper, cross: CrossStates, sequences: list[list[int]]
     return out
 
 
+def _label_batch(main_pair: WhisperPair, batch: list[tuple[Path, Recording, np.ndarray]], top_k: int,
+                 tasks: tuple[str, ...]) -> None:
+    """A batch of windows through the teacher: its encoder states, for each task its greedy texts with
+    and without timestamps and its top-k logits along them, each window saved to its file."""
+    main = main_pair.main
+    mel = batch_features([w[2] for w in batch], main.dims.n_mels, main_pair.device)
+    languages = [recording.parts[0].language for _, recording, _ in batch]
+    examples = [[] for _ in batch]
+    with torch.inference_mode():
+        states = main.encoder(mel)
+        encoded = Encoded(main.decoder.cross_states(states))
+    for task in tasks:
+        for timestamps in (False, True):
+            # the greedy texts assistants draft
+            options = DecodingOptions(task=task, timestamps=timestamps, temperature=0.0, speculation="off")
+            results, _ = decode_encoded(main_pair, encoded, options, languages=languages)
+            languages = [r.language for r in results]
+            prompts = [main.special.prompt(r.language, task, timestamps) for r in results]
+            sequences = [p + r.tokens + [main.special.eot] for p, r in zip(prompts, results)]
+            starts = [len(p) - 1 for p in prompts]
+            for row, (ids, values) in enumerate(_teacher_top_k(main, encoded.main, sequences, starts, top_k)):
+                examples[row].append({"task": task, "timestamps": timestamps, "tokens": sequences[row],
+                                      "start": starts[row], "top_ids": ids, "top_logits": values})
+    states = states.half().cpu()
+    for row, (file, recording, _) in enumerate(batch):
+        partial = file.with_suffix(".partial")
+        torch.save({"source": recording.label, "language": languages[row], "encoder": states[row].clone(),
+                    "examples": examples[row]}, partial)
+        partial.replace(file)
+
+
 def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], cache: Path, *, top_k: int,
                           seed: int = 0, batch_size: int = 4, tasks: tuple[str, ...] = DistillOptions.tasks
                           ) -> list[tuple[Path, Recording]]:
@@ -192,31 +223,7 @@ def prepare_teacher_cache(main_pair: WhisperPair, recordings: list[Recording], c
     (cache / "windows").mkdir(exist_ok=True)
 
     for first in tqdm(range(0, len(windows), batch_size), desc="teacher labels", unit="batch"):
-        batch = windows[first : first + batch_size]
-        mel = batch_features([w[2] for w in batch], main.dims.n_mels, main_pair.device)
-        languages = [recording.parts[0].language for _, recording, _ in batch]
-        examples = [[] for _ in batch]
-        with torch.inference_mode():
-            states = main.encoder(mel)
-            encoded = Encoded(main.decoder.cross_states(states))
-        for task in tasks:
-            for timestamps in (False, True):
-                # the greedy texts assistants draft
-                options = DecodingOptions(task=task, timestamps=timestamps, temperature=0.0, speculation="off")
-                results, _ = decode_encoded(main_pair, encoded, options, languages=languages)
-                languages = [r.language for r in results]
-                prompts = [main.special.prompt(r.language, task, timestamps) for r in results]
-                sequences = [p + r.tokens + [main.special.eot] for p, r in zip(prompts, results)]
-                starts = [len(p) - 1 for p in prompts]
-                for row, (ids, values) in enumerate(_teacher_top_k(main, encoded.main, sequences, starts, top_k)):
-                    examples[row].append({"task": task, "timestamps": timestamps, "tokens": sequences[row],
-                                          "start": starts[row], "top_ids": ids, "top_logits": values})
-        states = states.half().cpu()
-        for row, (file, recording, _) in enumerate(batch):
-            partial = file.with_suffix(".partial")
-            torch.save({"source": recording.label, "language": languages[row], "encoder": states[row].clone(),
-                        "examples": examples[row]}, partial)
-            partial.replace(file)
+        _label_batch(main_pair, windows[first : first + batch_size], top_k, tasks)
     return files
 
 
