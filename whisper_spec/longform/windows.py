@@ -101,8 +101,7 @@ def plan_file(index: int, path: str, audio: np.ndarray, chunking: ChunkingOption
     chunked = chunking.vad if chunking.vad is not None else long
     speech, voiced = None, []
     if chunked or long:
-        voiced = speech_regions(audio, chunking.vad_options, chunking.chunk_length)
-        speech = padded(voiced, chunking.vad_options.speech_pad, len(audio))
+        voiced, speech = _speech(audio, chunking)
     if not chunked:
         file = File(path, audio, [], False, long, speech, voiced, chunking)
         start = _speech_from(file, 0)
@@ -117,6 +116,12 @@ def plan_file(index: int, path: str, audio: np.ndarray, chunking: ChunkingOption
     windows = [Window(index, a, audio[a:b], (bounds[i + 1] - bounds[i]) / SAMPLE_RATE)
                for i, (a, b) in enumerate(chunks)]
     return File(path, audio, windows, True, long, speech, voiced, chunking)
+
+
+def _speech(audio: np.ndarray, chunking: ChunkingOptions) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The speech the detector finds in a file (samples), and the same padded into the pauses."""
+    voiced = speech_regions(audio, chunking.vad_options, chunking.chunk_length)
+    return voiced, padded(voiced, chunking.vad_options.speech_pad, len(audio))
 
 
 def silent(audio: np.ndarray) -> bool:
@@ -226,8 +231,7 @@ def _kept_segments(segments: list[Segment], window: Window, file: File, loop_rat
         for word in segment.words:
             word.start, word.end = offset + word.start, offset + word.end
     if kept and file.speech is None and file.chunking.vad is not False and _doubtful(result, window):
-        file.voiced = speech_regions(file.audio, file.chunking.vad_options, file.chunking.chunk_length)
-        file.speech = padded(file.voiced, file.chunking.vad_options.speech_pad, len(file.audio))
+        file.voiced, file.speech = _speech(file.audio, file.chunking)
     if file.speech is not None:
         kept = keep_to_speech(kept, file.speech, file.voiced)
     if not keep_words:  # timed only to place the segments (sparse)
