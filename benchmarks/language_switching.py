@@ -100,7 +100,7 @@ def main() -> int:
 
     pair = load_pair(args.model)
     report = {"machine": machine_info(pair.device), "model": args.model, "decoders": decoder_precision(pair.main),
-              "batch_size": args.batch_size, "pause_seconds": PAUSE, "configs": {}}
+              "batch_size": args.batch_size, "pause_seconds": PAUSE}
     results = {}
     with tempfile.TemporaryDirectory() as scratch:
         paths, spans, clips = made_set(Path(scratch), args.recordings, LANGUAGES)
@@ -118,45 +118,9 @@ def main() -> int:
                                      Path(scratch), lambda line: print(line, file=sys.stderr))
         report["left_out"] = left_out
         for peer in peers.values():
-            alone = ["".join(s["text"] for s in peer.transcribe_long_timed(
-                load_audio(p), args.batch_size, int8=True, language=None)["segments"]) for p in clip_paths]
-            for name, multilingual in (("faster-whisper int8, batched with VAD", False),
-                                       ("faster-whisper int8, batched with VAD, multilingual", True)):
-                start = time.perf_counter()
-                timed = [peer.transcribe_long_timed(load_audio(str(p)), args.batch_size, int8=True, language=None,
-                                                    multilingual=multilingual) for p in paths]
-                results[name] = {"seconds": time.perf_counter() - start, "clips": alone,
-                                 "recordings": [[{k: s[k] for k in ("start", "end", "text")} for s in t["segments"]]
-                                                for t in timed]}
-                progress({"config": name, "seconds": round(results[name]["seconds"], 2)})
+            results.update(_peer_results(peer, paths, clip_paths, args.batch_size))
             peer.close()
-    utterances = [u for spoken in spans for u in spoken]
-    basic = ["mixed"] * len(spans)  # not English: Whisper's basic normalizer, for text in any language
-    references, languages = [u.text for u in utterances], [u.language for u in utterances]
-    for name, result in results.items():
-        parts = [by_part(segments, spoken) for segments, spoken in zip(result["recordings"], spans)]
-        spanning = int(sum(spans_two(s, spoken) for segments, spoken in zip(result["recordings"], spans) for s in segments))
-        own = [in_own_language(p, spoken) for p, spoken in zip(parts, spans)]
-        hypotheses = [" ".join(s["text"].strip() for s in part) for recording in parts for part in recording]
-        report["configs"][name] = {
-            "seconds": round(result["seconds"], 2),
-            "parts_in_own_language": None if None in own else sum(own), "parts": len(utterances),
-            "segments_spanning_two_parts": spanning,
-            "wer": round(100 * word_error_rate(references, hypotheses, languages), 2) if not spanning else None,
-            "clips_one_by_one_wer": round(100 * word_error_rate([c["text"] for c in clips], result["clips"],
-                                                                 [c["language"] for c in clips]), 2),
-            "recording_wer": round(100 * word_error_rate([" ".join(u.text for u in spoken) for spoken in spans],
-                                                         [" ".join(s["text"] for s in r) for r in result["recordings"]],
-                                                         basic), 2),
-            "clips_one_by_one_recording_wer": round(100 * word_error_rate(
-                [" ".join(c["text"] for c in clips[i * len(LANGUAGES):(i + 1) * len(LANGUAGES)]) for i in range(len(spans))],
-                [" ".join(result["clips"][i * len(LANGUAGES):(i + 1) * len(LANGUAGES)]) for i in range(len(spans))], basic), 2),
-            "wer_by_language": None if spanning else {language: round(100 * word_error_rate(
-                [r for r, lang in zip(references, languages) if lang == language],
-                [h for h, lang in zip(hypotheses, languages) if lang == language], [language] * languages.count(language)), 2)
-                for language in LANGUAGES if language in languages},
-            "recordings": [{"speech": [[u.start, u.end, u.language] for u in spoken], "segments": segments}
-                           for spoken, segments in zip(spans, result["recordings"])]}
+    report["configs"] = {name: _config_entry(result, spans, clips) for name, result in results.items()}
     if {"main-only", "speculative"} <= set(results):
         report["speculative_equals_main_only"] = results["main-only"]["recordings"] == results["speculative"]["recordings"]
     report["summary"] = {name: {k: c[k] for k in ("parts_in_own_language", "parts", "wer", "clips_one_by_one_wer",
@@ -164,6 +128,55 @@ def main() -> int:
                          for name, c in report["configs"].items()}
     progress(report["summary"])
     return write_report(report, args.output)
+
+
+def _peer_results(peer, paths: list[Path], clip_paths: list[str], batch_size: int) -> dict:
+    """faster-whisper's batched pipeline over the recordings, with its language found once a file and
+    a chunk at a time (multilingual), and over the clips one by one."""
+    alone = ["".join(s["text"] for s in peer.transcribe_long_timed(
+        load_audio(p), batch_size, int8=True, language=None)["segments"]) for p in clip_paths]
+    results = {}
+    for name, multilingual in (("faster-whisper int8, batched with VAD", False),
+                               ("faster-whisper int8, batched with VAD, multilingual", True)):
+        start = time.perf_counter()
+        timed = [peer.transcribe_long_timed(load_audio(str(p)), batch_size, int8=True, language=None,
+                                            multilingual=multilingual) for p in paths]
+        results[name] = {"seconds": time.perf_counter() - start, "clips": alone,
+                         "recordings": [[{k: s[k] for k in ("start", "end", "text")} for s in t["segments"]]
+                                        for t in timed]}
+        progress({"config": name, "seconds": round(results[name]["seconds"], 2)})
+    return results
+
+
+def _config_entry(result: dict, spans: list, clips: list[dict]) -> dict:
+    """A configuration's figures: parts in their own language, segments spanning two parts, WER by
+    part, by language and by recording, beside the clips transcribed one by one."""
+    utterances = [u for spoken in spans for u in spoken]
+    basic = ["mixed"] * len(spans)  # not English: Whisper's basic normalizer, for text in any language
+    references, languages = [u.text for u in utterances], [u.language for u in utterances]
+    parts = [by_part(segments, spoken) for segments, spoken in zip(result["recordings"], spans)]
+    spanning = int(sum(spans_two(s, spoken) for segments, spoken in zip(result["recordings"], spans) for s in segments))
+    own = [in_own_language(p, spoken) for p, spoken in zip(parts, spans)]
+    hypotheses = [" ".join(s["text"].strip() for s in part) for recording in parts for part in recording]
+    return {
+        "seconds": round(result["seconds"], 2),
+        "parts_in_own_language": None if None in own else sum(own), "parts": len(utterances),
+        "segments_spanning_two_parts": spanning,
+        "wer": round(100 * word_error_rate(references, hypotheses, languages), 2) if not spanning else None,
+        "clips_one_by_one_wer": round(100 * word_error_rate([c["text"] for c in clips], result["clips"],
+                                                             [c["language"] for c in clips]), 2),
+        "recording_wer": round(100 * word_error_rate([" ".join(u.text for u in spoken) for spoken in spans],
+                                                     [" ".join(s["text"] for s in r) for r in result["recordings"]],
+                                                     basic), 2),
+        "clips_one_by_one_recording_wer": round(100 * word_error_rate(
+            [" ".join(c["text"] for c in clips[i * len(LANGUAGES):(i + 1) * len(LANGUAGES)]) for i in range(len(spans))],
+            [" ".join(result["clips"][i * len(LANGUAGES):(i + 1) * len(LANGUAGES)]) for i in range(len(spans))], basic), 2),
+        "wer_by_language": None if spanning else {language: round(100 * word_error_rate(
+            [r for r, lang in zip(references, languages) if lang == language],
+            [h for h, lang in zip(hypotheses, languages) if lang == language], [language] * languages.count(language)), 2)
+            for language in LANGUAGES if language in languages},
+        "recordings": [{"speech": [[u.start, u.end, u.language] for u in spoken], "segments": segments}
+                       for spoken, segments in zip(spans, result["recordings"])]}
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ from whisper_spec.speech.vad import VAD_FRAME, speech_probabilities
 MODES = {"vad": ChunkingOptions(vad=True), "sequential": ChunkingOptions(vad=False)}
 
 
-def main() -> int:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="base")
     parser.add_argument("--assistant", default=None, help="default: the model's distilled assistant")
@@ -79,10 +79,17 @@ def main() -> int:
     args = parser.parse_args()
     if args.dry:
         args.recordings, args.batch_sizes, args.peers = "longform", "1", "none"
-
-    modes = args.modes.split(",")
-    if not set(modes) <= set(MODES):
+    if not set(args.modes.split(",")) <= set(MODES):
         parser.error(f"--modes: {args.modes!r}: choose from {', '.join(MODES)}")
+    args.assistant = args.assistant or default_assistant(args.model)
+    if args.assistant is None:
+        parser.error(f"{args.model} has no distilled assistant: give --assistant")
+    return args
+
+
+def main() -> int:
+    args = _arguments()
+    modes = args.modes.split(",")
     workdir = tempfile.TemporaryDirectory()
     files, paths = long_recordings(args.recordings, Path(workdir.name))
     if args.dry:
@@ -90,88 +97,30 @@ def main() -> int:
         files, paths = [files[keep]], [paths[keep]]
     languages = {} if args.detect_language else {str(path): f["language"] for path, f in zip(paths, files)}
     ends = {path.name: last_speech(path) for path in paths}  # read once, not per configuration and batch size
-    assistant = args.assistant or default_assistant(args.model)
-    if assistant is None:
-        parser.error(f"{args.model} has no distilled assistant: give --assistant")
     cpu = torch.device("cpu")
     pairs = {}
     for precision in args.precisions.split(","):
         int8, dtype = default_precision(cpu, precision == "int8")
-        pairs[precision] = load_pair(args.model, assistant, int8=int8, dtype=dtype)
+        pairs[precision] = load_pair(args.model, args.assistant, int8=int8, dtype=dtype)
     peers, _ = load_peers(next(iter(pairs.values())), args.model, tuple(args.peers.split(",")), Path(workdir.name),
                           note=print)
     options = DecodingOptions(speculation=args.speculation)
     audio_seconds = sum(r["duration_s"] for r in files)
-    shortest = paths[min(range(len(files)), key=lambda i: files[i]["duration_s"])]
-
-    def ours(mode: str, precision: str, speculative: bool, batch: int):
-        def run(path: Path) -> tuple[str, object]:
-            (result,) = transcribe(pairs[precision], [path], options if speculative else replace(options, speculation="off"),
-                                   batch_size=batch, languages=languages, chunking=MODES[mode])
-            return result.text, result
-        return run
-
-    def peer(name: str, batch: int):
-        def run(path: Path) -> tuple[str, None]:
-            return peers[name].transcribe_long(load_audio(str(path)), batch, int8=True,
-                                               language=languages.get(str(path))), None
-        return run
-
-    report = {"machine": machine_info(cpu), "model": args.model, "assistant": str(assistant), "set": args.recordings,
-              "speculation": args.speculation, "languages_detected": args.detect_language,
+    report = {"machine": machine_info(cpu), "model": args.model, "assistant": str(args.assistant),
+              "set": args.recordings, "speculation": args.speculation, "languages_detected": args.detect_language,
               "files": len(paths), "languages": [f["language"] for f in files], "audio_seconds": audio_seconds,
               "results": []}
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
-        runs = {f"{mode} {kind} {precision}": ours(mode, precision, kind == "speculative", batch)
-                for mode in modes for precision in pairs for kind in ("main-only", "speculative")}
-        runs.update({f"{name} {engine.long_precision}": peer(name, batch) for name, engine in peers.items()})
-        for run in runs.values():
-            run(shortest)  # warm-up: first calls, faster-whisper's VAD model
-        seconds = dict.fromkeys(runs, 0.0)
-        texts = {name: [] for name in runs}
-        results = {name: [] for name in runs}
-        names = list(runs)
-        for index, path in enumerate(paths):
-            for name in names[index % len(names):] + names[:index % len(names)]:
-                start = time.perf_counter()
-                text, result = runs[name](path)
-                seconds[name] += time.perf_counter() - start
-                texts[name].append(text)
-                results[name].append(result)
-        entry = {"batch_size": batch, "configurations": {}}
-        labeled = [i for i, f in enumerate(files) if f["text"]]
-        references, reference_languages = [files[i]["text"] for i in labeled], [files[i]["language"] for i in labeled]
-        for name in runs:
-            hypotheses = [texts[name][i] for i in labeled]
-            row = {"seconds": seconds[name], "real_time_factor": seconds[name] / audio_seconds,
-                   "wer": word_error_rate(references, hypotheses, reference_languages),
-                   "word_errors": word_errors(references, hypotheses, reference_languages),
-                   "wer_by_file": {paths[i].name: round(word_error_rate([files[i]["text"]], [texts[name][i]],
-                                                                        [files[i]["language"]]), 4) for i in labeled}}
-            if results[name][0] is not None:
-                stats = [r.stats for r in results[name]]
-                drafted = sum(s.drafted for s in stats)
-                if args.recordings != "tts":
-                    row["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
-                row["windows"] = sum(s.windows for s in stats)
-                if args.detect_language:
-                    row["language_by_file"] = {path.name: r.language for path, r in zip(paths, results[name])}
-                row["decoded_audio_seconds"] = round(sum(s.audio_seconds for s in stats), 1)
-                row["decoded_audio_ratio"] = round(row["decoded_audio_seconds"] / audio_seconds, 3)
-                row["last_segment_end_minus_last_speech"] = {
-                    path.name: round((r.segments[-1].end if r.segments else 0.0) - ends[path.name], 2)
-                    for path, r in zip(paths, results[name])}
-            entry["configurations"][name] = row
-        for mode in modes:
-            for precision in pairs:
-                main, speculative = f"{mode} main-only {precision}", f"{mode} speculative {precision}"
-                entry[f"speedup_{mode}_{precision}"] = seconds[main] / seconds[speculative]
-                entry[f"identical_fraction_{mode}_{precision}"] = sum(
-                    a == b for a, b in zip(texts[main], texts[speculative])) / len(paths)
-        for precision in pairs if len(modes) == 2 else ():
-            for kind in ("main-only", "speculative"):
-                entry[f"vad_over_sequential_{kind}_{precision}"] = (
-                    seconds[f"sequential {kind} {precision}"] / seconds[f"vad {kind} {precision}"])
+        kinds = {"main-only": replace(options, speculation="off"), "speculative": options}
+        runs = {f"{mode} {kind} {precision}": _ours(pairs[precision], MODES[mode], kinds[kind], batch, languages)
+                for mode in modes for precision in pairs for kind in kinds}
+        runs.update({f"{name} {engine.long_precision}": _peer(engine, batch, languages)
+                     for name, engine in peers.items()})
+        seconds, texts, results = _interleaved(runs, files, paths)
+        entry = {"batch_size": batch, "configurations": {
+            name: _configuration_row(args, files, paths, ends, seconds[name], texts[name], results[name])
+            for name in runs}}
+        entry.update(_comparisons(modes, pairs, seconds, texts))
         report["results"].append(entry)
         progress(entry)
     if args.recordings in ("longform", "joined"):
@@ -183,6 +132,87 @@ def main() -> int:
     for peer in peers.values():
         peer.close()
     return write_report(report, args.output)
+
+
+def _ours(pair, chunking: ChunkingOptions, options: DecodingOptions, batch: int, languages: dict):
+    def run(path: Path) -> tuple[str, object]:
+        (result,) = transcribe(pair, [path], options, batch_size=batch, languages=languages, chunking=chunking)
+        return result.text, result
+    return run
+
+
+def _peer(engine, batch: int, languages: dict):
+    def run(path: Path) -> tuple[str, None]:
+        return engine.transcribe_long(load_audio(str(path)), batch, int8=True, language=languages.get(str(path))), None
+    return run
+
+
+def _interleaved(runs: dict, files: list[dict], paths: list[Path]) -> tuple[dict, dict, dict]:
+    """Every configuration over every file, taking turns file by file (the order rotating), after a
+    warm-up on the shortest file: seconds, texts and results by configuration."""
+    shortest = paths[min(range(len(files)), key=lambda i: files[i]["duration_s"])]
+    for run in runs.values():
+        run(shortest)  # warm-up: first calls, faster-whisper's VAD model
+    seconds = dict.fromkeys(runs, 0.0)
+    texts = {name: [] for name in runs}
+    results = {name: [] for name in runs}
+    names = list(runs)
+    for index, path in enumerate(paths):
+        for name in names[index % len(names):] + names[:index % len(names)]:
+            start = time.perf_counter()
+            text, result = runs[name](path)
+            seconds[name] += time.perf_counter() - start
+            texts[name].append(text)
+            results[name].append(result)
+    return seconds, texts, results
+
+
+def _configuration_row(args, files: list[dict], paths: list[Path], ends: dict, seconds: float, texts: list[str],
+                       results: list) -> dict:
+    """One configuration's report entry: seconds, WER overall and by file, and for ours the decoding's
+    figures (acceptance, windows, audio decoded, where the last segment ends after the last speech)."""
+    audio_seconds = sum(r["duration_s"] for r in files)
+    labeled = [i for i, f in enumerate(files) if f["text"]]
+    references, reference_languages = [files[i]["text"] for i in labeled], [files[i]["language"] for i in labeled]
+    hypotheses = [texts[i] for i in labeled]
+    row = {"seconds": seconds, "real_time_factor": seconds / audio_seconds,
+           "wer": word_error_rate(references, hypotheses, reference_languages),
+           "word_errors": word_errors(references, hypotheses, reference_languages),
+           "wer_by_file": {paths[i].name: round(word_error_rate([references[j]], [hypotheses[j]],
+                                                                [reference_languages[j]]), 4)
+                           for j, i in enumerate(labeled)}}
+    if results[0] is None:  # a peer
+        return row
+    stats = [r.stats for r in results]
+    drafted = sum(s.drafted for s in stats)
+    if args.recordings != "tts":
+        row["acceptance"] = sum(s.accepted for s in stats) / drafted if drafted else None
+    row["windows"] = sum(s.windows for s in stats)
+    if args.detect_language:
+        row["language_by_file"] = {path.name: r.language for path, r in zip(paths, results)}
+    row["decoded_audio_seconds"] = round(sum(s.audio_seconds for s in stats), 1)
+    row["decoded_audio_ratio"] = round(row["decoded_audio_seconds"] / audio_seconds, 3)
+    row["last_segment_end_minus_last_speech"] = {
+        path.name: round((r.segments[-1].end if r.segments else 0.0) - ends[path.name], 2)
+        for path, r in zip(paths, results)}
+    return row
+
+
+def _comparisons(modes: list[str], pairs: dict, seconds: dict, texts: dict) -> dict:
+    """Speculative against main-only in each mode and precision (speedup, identical texts), and the
+    speech chunks against windows one after another where both ran."""
+    found = {}
+    for mode in modes:
+        for precision in pairs:
+            main, speculative = f"{mode} main-only {precision}", f"{mode} speculative {precision}"
+            found[f"speedup_{mode}_{precision}"] = seconds[main] / seconds[speculative]
+            found[f"identical_fraction_{mode}_{precision}"] = sum(
+                a == b for a, b in zip(texts[main], texts[speculative])) / len(texts[main])
+    for precision in pairs if len(modes) == 2 else ():
+        for kind in ("main-only", "speculative"):
+            found[f"vad_over_sequential_{kind}_{precision}"] = (
+                seconds[f"sequential {kind} {precision}"] / seconds[f"vad {kind} {precision}"])
+    return found
 
 
 def _vad_speed(paths: list[Path]) -> dict:

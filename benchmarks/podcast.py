@@ -98,7 +98,7 @@ def main() -> int:
 
     pair = load_pair(args.model)
     report = {"machine": machine_info(pair.device), "model": args.model, "decoders": decoder_precision(pair.main),
-              "batch_size": args.batch_size, "margin_seconds": MARGIN, "configs": {}}
+              "batch_size": args.batch_size, "margin_seconds": MARGIN}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         paths, spans, clips = made_set(folder, args.recordings, args.per_recording)
@@ -124,31 +124,9 @@ def main() -> int:
                                      lambda line: print(line, file=sys.stderr))
         report["left_out"] = left_out
         for peer in peers.values():
-            start = time.perf_counter()
-            timed = [peer.transcribe_long_timed(load_audio(str(p)), args.batch_size, int8=True, language=None)
-                     for p in [*paths, *extras]]
-            seconds = time.perf_counter() - start
-            clip_texts = [peer.transcribe_long_timed(load_audio(str(SPEECH / c["path"])), args.batch_size, int8=True,
-                                                     language=None)["segments"] for c in clips]
-            results["faster-whisper int8, batched with VAD"] = {
-                "seconds": round(seconds, 2), "recordings": [t["segments"] for t in timed[: len(paths)]],
-                "extras": {p.stem: "".join(s["text"] for s in t["segments"]).strip()
-                           for p, t in zip(extras, timed[len(paths):])},
-                "clips_wer": word_error_rate([c["text"] for c in clips], ["".join(s["text"] for s in t) for t in clip_texts],
-                                             ["en"] * len(clips))}
+            results["faster-whisper int8, batched with VAD"] = _peer_result(peer, paths, extras, clips, args.batch_size)
             peer.close()
-    for name, result in results.items():
-        recordings = [measure(segments, spoken, reference)
-                      for segments, spoken, reference in zip(result["recordings"], spans, references)]
-        hypotheses = [r["text"] for r in recordings]
-        wer = word_error_rate(references, hypotheses, ["en"] * len(references))
-        invented = sum(r["invented_words"] for r in recordings)
-        report["configs"][name] = {
-            "seconds": result["seconds"], "wer": round(100 * wer, 2), "clips_one_by_one_wer": round(100 * result["clips_wer"], 2),
-            "invented_words": invented, "invented_words_per_hour": round(invented / audio_hours, 1),
-            "repeated_sentences": sum(len(r["repeated_sentences"]) for r in recordings),
-            "cues": sum(r["cues"] for r in recordings), "cues_off": sum(r["cues_off"] for r in recordings),
-            "extras": result["extras"], "recordings": recordings}
+    report["configs"] = {name: _config_entry(result, spans, references, audio_hours) for name, result in results.items()}
     if {"main-only", "speculative"} <= set(results):
         report["speculative_equals_main_only"] = results["main-only"]["recordings"] == results["speculative"]["recordings"]
     report["summary"] = {name: {k: c[k] for k in ("wer", "clips_one_by_one_wer", "invented_words_per_hour",
@@ -156,6 +134,36 @@ def main() -> int:
                          | {"extras": c["extras"]} for name, c in report["configs"].items()}
     progress(report["summary"])
     return write_report(report, args.output)
+
+
+def _peer_result(peer, paths: list[Path], extras: list[Path], clips: list[dict], batch_size: int) -> dict:
+    """faster-whisper's batched pipeline over the recordings and the extras, and the clips one by one."""
+    start = time.perf_counter()
+    timed = [peer.transcribe_long_timed(load_audio(str(p)), batch_size, int8=True, language=None)
+             for p in [*paths, *extras]]
+    seconds = time.perf_counter() - start
+    clip_texts = [peer.transcribe_long_timed(load_audio(str(SPEECH / c["path"])), batch_size, int8=True,
+                                             language=None)["segments"] for c in clips]
+    return {"seconds": round(seconds, 2), "recordings": [t["segments"] for t in timed[: len(paths)]],
+            "extras": {p.stem: "".join(s["text"] for s in t["segments"]).strip()
+                       for p, t in zip(extras, timed[len(paths):])},
+            "clips_wer": word_error_rate([c["text"] for c in clips], ["".join(s["text"] for s in t) for t in clip_texts],
+                                         ["en"] * len(clips))}
+
+
+def _config_entry(result: dict, spans: list, references: list[str], audio_hours: float) -> dict:
+    """A configuration's figures: WER, words invented over music and pauses, repeated sentences, cues off."""
+    recordings = [measure(segments, spoken, reference)
+                  for segments, spoken, reference in zip(result["recordings"], spans, references)]
+    hypotheses = [r["text"] for r in recordings]
+    wer = word_error_rate(references, hypotheses, ["en"] * len(references))
+    invented = sum(r["invented_words"] for r in recordings)
+    return {
+        "seconds": result["seconds"], "wer": round(100 * wer, 2), "clips_one_by_one_wer": round(100 * result["clips_wer"], 2),
+        "invented_words": invented, "invented_words_per_hour": round(invented / audio_hours, 1),
+        "repeated_sentences": sum(len(r["repeated_sentences"]) for r in recordings),
+        "cues": sum(r["cues"] for r in recordings), "cues_off": sum(r["cues_off"] for r in recordings),
+        "extras": result["extras"], "recordings": recordings}
 
 
 if __name__ == "__main__":

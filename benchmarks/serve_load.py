@@ -143,44 +143,55 @@ def main() -> int:
         port = free_port()
         runs.append((name, [sys.executable, "-c", "from whisper_spec.cli import run; run()", "serve", "--port", str(port),
                             "--max-batch", str(batch), "-q", *device], port, "/health", None))
-    left_out = {}
-    if "faster-whisper-server" in args.peers.split(","):
-        try:
-            import faster_whisper_server  # noqa: F401
-        except ImportError:
-            left_out["faster-whisper-server"] = "not installed (pip install faster-whisper-server)"
-        else:
-            config = Path(tempfile.mkdtemp()) / "models.yaml"
-            config.write_text(
-                f"batch_size: {args.max_batch}\nmodels:\n  - name: whisper-1\n    path: {ct2_source('base')}\n"
-                f"    model_options: {{device: cpu, compute_type: int8, cpu_threads: {os.cpu_count()}}}\n"
-                "    transcribe_options: {beam_size: 1, condition_on_previous_text: false}\n")
-            port = free_port()
-            runs.append((f"faster-whisper-server int8, batch {args.max_batch}",
-                         [sys.executable, "-m", "faster_whisper_server", "--config", str(config), "--host", "127.0.0.1",
-                          "--port", str(port)], port, "/health", None))
+    left_out = _add_peer_server(args, runs)
     report["left_out"] = left_out
     for name, command, port, ready, env in runs:
-        server = ServerProcess(command, port, ready, env)
-        warm = files[0][0]  # the first request's one-time costs (a lazily loaded model) are not the load's
-        httpx.post(f"{server.url}/v1/audio/transcriptions", data={"model": "whisper-1"},
-                   files={"file": (warm.name, warm.read_bytes())}, timeout=600).raise_for_status()
-        before = httpx.get(server.url + "/health", timeout=5).json()
-        start = time.monotonic()
-        answered = asyncio.run(load(server.url, files, args.clients, args.seconds))
-        wall = time.monotonic() - start
-        after = httpx.get(server.url + "/health", timeout=5).json()
-        result = summary(answered, offline, wall) | {"peak_rss_mb": peak_rss_mb(server.process.pid)}
-        if "batches" in after:
-            batches = after["batches"] - before["batches"]
-            result["mean_batch"] = round((after["batch_windows"] - before["batch_windows"]) / batches, 3) if batches else None
-        result["exit_code"] = server.stop()
-        report["configs"][name] = result
-        progress({"config": name} | {k: v for k, v in result.items() if k != "mismatched"})
+        report["configs"][name] = _measured(ServerProcess(command, port, ready, env), files, offline, args)
+        progress({"config": name} | {k: v for k, v in report["configs"][name].items() if k != "mismatched"})
     ours = report["configs"]
     batched, single = ours[f"whisper-spec --max-batch {args.max_batch}"], ours["whisper-spec --max-batch 1"]
     report["speedup_over_max_batch_1"] = round(batched["throughput_audio_s_per_s"] / single["throughput_audio_s_per_s"], 3)
     return write_report(report, args.output)
+
+
+def _add_peer_server(args, runs: list) -> dict:
+    """faster-whisper-server on the same CTranslate2 weights, int8, at our batch size, added to the
+    runs where installed; what was left out and why."""
+    if "faster-whisper-server" not in args.peers.split(","):
+        return {}
+    try:
+        import faster_whisper_server  # noqa: F401
+    except ImportError:
+        return {"faster-whisper-server": "not installed (pip install faster-whisper-server)"}
+    config = Path(tempfile.mkdtemp()) / "models.yaml"
+    config.write_text(
+        f"batch_size: {args.max_batch}\nmodels:\n  - name: whisper-1\n    path: {ct2_source('base')}\n"
+        f"    model_options: {{device: cpu, compute_type: int8, cpu_threads: {os.cpu_count()}}}\n"
+        "    transcribe_options: {beam_size: 1, condition_on_previous_text: false}\n")
+    port = free_port()
+    runs.append((f"faster-whisper-server int8, batch {args.max_batch}",
+                 [sys.executable, "-m", "faster_whisper_server", "--config", str(config), "--host", "127.0.0.1",
+                  "--port", str(port)], port, "/health", None))
+    return {}
+
+
+def _measured(server: ServerProcess, files: list, offline: dict, args) -> dict:
+    """One server under the load after a warm-up request: throughput, latency, texts against offline,
+    peak memory, and for ours the mean batch its scheduler ran."""
+    warm = files[0][0]  # the first request's one-time costs (a lazily loaded model) are not the load's
+    httpx.post(f"{server.url}/v1/audio/transcriptions", data={"model": "whisper-1"},
+               files={"file": (warm.name, warm.read_bytes())}, timeout=600).raise_for_status()
+    before = httpx.get(server.url + "/health", timeout=5).json()
+    start = time.monotonic()
+    answered = asyncio.run(load(server.url, files, args.clients, args.seconds))
+    wall = time.monotonic() - start
+    after = httpx.get(server.url + "/health", timeout=5).json()
+    result = summary(answered, offline, wall) | {"peak_rss_mb": peak_rss_mb(server.process.pid)}
+    if "batches" in after:
+        batches = after["batches"] - before["batches"]
+        result["mean_batch"] = round((after["batch_windows"] - before["batch_windows"]) / batches, 3) if batches else None
+    result["exit_code"] = server.stop()
+    return result
 
 
 if __name__ == "__main__":

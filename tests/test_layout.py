@@ -1,5 +1,6 @@
 """The package's layout follows the data: folders by stage, each importing only from itself and the
-stages before it, no import cycle, no module over 400 lines (docs/how-it-works.md)."""
+stages before it, no import cycle, no module over 400 lines and no function over 60, benchmarks
+included (docs/how-it-works.md)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "whisper_spec"
 CLI = Path(__file__).resolve().parents[1] / "cli"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 # the stages in the order the data passes them; bench and distill use all of them
 STAGES = ["options", "speech", "models", "decode", "longform", "outputs", "jobs", "serve", "bench", "distill"]
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 60
 
 
 def _modules() -> dict[str, Path]:
@@ -68,7 +71,19 @@ def test_no_module_imports_a_later_stage_and_there_is_no_cycle():
     assert not cycles, f"import cycles: {cycles}"
 
 
+def _sources() -> list[Path]:
+    return [*PACKAGE.rglob("*.py"), *CLI.glob("*.py"), *BENCHMARKS.rglob("*.py")]
+
+
 def test_no_module_is_over_400_lines():
-    lengths = {path: len(path.read_text().splitlines()) for path in [*PACKAGE.rglob("*.py"), *CLI.glob("*.py")]}
-    assert len(lengths) > 60
+    lengths = {path: len(path.read_text().splitlines()) for path in _sources()}
+    assert len(lengths) > 100
     assert not {str(p): n for p, n in lengths.items() if n > MAX_LINES}
+
+
+def test_no_function_is_over_60_lines():
+    lengths = {f"{path}:{node.lineno} {node.name}": node.end_lineno - node.lineno + 1
+               for path in _sources() for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    assert max(lengths.values()) > 40  # the parser finds functions, bodies and all
+    assert not {name: n for name, n in lengths.items() if n > MAX_FUNCTION_LINES}

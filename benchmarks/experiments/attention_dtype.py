@@ -80,7 +80,6 @@ def main() -> int:
               "assistant": decoder_precision(pair.assistant), "default_main_attention": str(pair.main.decoder.cache_dtype),
               "query_rows": {config: query_rows(main, transposed) for config, (main, _, transposed) in CONFIGS.items()},
               "sets": {}}
-    runs = [(config, policy) for config in configs for policy in POLICIES]
     for name in args.sets.split(","):
         rows = [r for r in manifest_rows() if r["set"] == name][: args.limit]
         clips = [load_audio(SPEECH / r["path"]) for r in rows]
@@ -91,30 +90,7 @@ def main() -> int:
         options = DecodingOptions(timestamps=args.windows)
         report["sets"][name] = by_batch = {}
         for batch_size in (int(b) for b in args.batch_sizes.split(",")):
-            seconds = dict.fromkeys(runs, 0.0)
-            tokens = {run: [] for run in runs}
-            fallbacks = dict.fromkeys(runs, 0)  # windows whose greedy text failed the checks (a loop): decoded again, sampling
-            batches = range(0, len(rows), batch_size)
-            for i, start in enumerate(tqdm(batches, desc=f"{name}, batch {batch_size}", unit="batch")):
-                languages = [r["language"] for r in rows[start : start + batch_size]]
-                mel = torch.cat(mels[start : start + batch_size])
-                with torch.inference_mode():
-                    states = list(encoder_states(pair.main, mel).split(1))
-                encoded = {}
-                for config in configs:
-                    _configure(pair, config)
-                    encoded[config] = encode(pair, mel, None, DecodingStats(), known_states=states)
-                if i == 0:  # warm-up of each configuration's shapes
-                    for config, policy in runs:
-                        _configure(pair, config)
-                        decode_encoded(pair, encoded[config], replace(options, speculation=policy), languages=languages)
-                for config, policy in runs[i % len(runs) :] + runs[: i % len(runs)]:
-                    _configure(pair, config)
-                    results, stats = decode_encoded(pair, encoded[config], replace(options, speculation=policy),
-                                                    languages=languages)
-                    seconds[config, policy] += stats.decoding_seconds
-                    tokens[config, policy] += [r.tokens for r in results]
-                    fallbacks[config, policy] += sum(r.temperature > 0 for r in results)
+            seconds, tokens, fallbacks = _timed(pair, configs, rows, mels, options, batch_size, f"{name}, batch {batch_size}")
             eot = pair.main.special.eot
             texts = {config: [pair.main.tokenizer.decode([t for t in ts if t < eot]) for ts in tokens[config, "off"]]
                      for config in configs}
@@ -130,6 +106,38 @@ def main() -> int:
                 for config in configs}
         report["sets"][name]["clips" if not args.windows else "windows"] = len(rows)
     return write_report(report, args.output)
+
+
+def _timed(pair, configs: list[str], rows: list[dict], mels: list, options: DecodingOptions, batch_size: int,
+           label: str) -> tuple[dict, dict, dict]:
+    """Each configuration and policy over the clips in batches, taking turns batch by batch after a
+    warm-up of each one's shapes: decoding seconds, tokens and temperature fallbacks by (config, policy)."""
+    runs = [(config, policy) for config in configs for policy in POLICIES]
+    seconds = dict.fromkeys(runs, 0.0)
+    tokens = {run: [] for run in runs}
+    fallbacks = dict.fromkeys(runs, 0)  # windows whose greedy text failed the checks (a loop): decoded again, sampling
+    batches = range(0, len(rows), batch_size)
+    for i, start in enumerate(tqdm(batches, desc=label, unit="batch")):
+        languages = [r["language"] for r in rows[start : start + batch_size]]
+        mel = torch.cat(mels[start : start + batch_size])
+        with torch.inference_mode():
+            states = list(encoder_states(pair.main, mel).split(1))
+        encoded = {}
+        for config in configs:
+            _configure(pair, config)
+            encoded[config] = encode(pair, mel, None, DecodingStats(), known_states=states)
+        if i == 0:  # warm-up of each configuration's shapes
+            for config, policy in runs:
+                _configure(pair, config)
+                decode_encoded(pair, encoded[config], replace(options, speculation=policy), languages=languages)
+        for config, policy in runs[i % len(runs) :] + runs[: i % len(runs)]:
+            _configure(pair, config)
+            results, stats = decode_encoded(pair, encoded[config], replace(options, speculation=policy),
+                                            languages=languages)
+            seconds[config, policy] += stats.decoding_seconds
+            tokens[config, policy] += [r.tokens for r in results]
+            fallbacks[config, policy] += sum(r.temperature > 0 for r in results)
+    return seconds, tokens, fallbacks
 
 
 if __name__ == "__main__":

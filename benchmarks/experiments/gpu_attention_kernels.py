@@ -1,7 +1,7 @@
 """The decoder's attention kernels alone on a GPU, at base's shapes in float16 (8 heads of 64):
-self-attention over a 457-position cache under a mask (model.attention_bias), cross-attention over
-1500 frames without one, for 1 and 8 rows and windows of 1 and 5 positions. Per SDPA backend
-(cuDNN, flash, memory-efficient, math) and the written-out attention (model.attend): the first
+self-attention over a 457-position cache under a mask (an additive bias, -inf where blocked),
+cross-attention over 1500 frames without one, for 1 and 8 rows and windows of 1 and 5 positions. Per SDPA backend
+(cuDNN, flash, memory-efficient, math) and the written-out attention (attention.attend): the first
 call's seconds (cuDNN builds a plan per new shape there), microseconds a call replayed from a CUDA
 graph (how decoding runs them), and the largest difference from the written-out result. Random
 inputs: no model weights needed.
@@ -22,7 +22,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: no install needed (nor soundfile)
 from whisper_spec.models.attention import attend
-from whisper_spec.models.model import attention_bias
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
@@ -38,6 +37,11 @@ def inputs(rows: int, width: int, keys: int, masked: bool, device, dtype):
         positions = last[:, None] - width + 1 + torch.arange(width, device=device)
         blocked = torch.arange(keys, device=device) > positions[:, None, :, None]
     return q, k, v, blocked
+
+
+def attention_bias(blocked, dtype):
+    """The mask as F.scaled_dot_product_attention's additive attn_mask: -inf where a query may not attend."""
+    return torch.zeros(blocked.shape, dtype=dtype, device=blocked.device).masked_fill(blocked, float("-inf"))
 
 
 def kernel(name: str, blocked, dtype):
