@@ -54,7 +54,7 @@ from whisper_spec.models.platform import default_precision
 from whisper_spec.models.sources import default_assistant
 from whisper_spec.options import ChunkingOptions, DecodingOptions
 from whisper_spec.speech.audio import load_audio
-from whisper_spec.speech.vad import VAD_FRAME, speech_probabilities
+from whisper_spec.speech.vad import VAD_FRAME, SpeechDetector
 
 MODES = {"vad": ChunkingOptions(vad=True), "sequential": ChunkingOptions(vad=False)}
 
@@ -223,11 +223,12 @@ def _vad_speed(paths: list[Path]) -> dict:
     threads = torch.get_num_threads()
     package = silero_vad.load_silero_vad()
     torch.set_num_threads(threads)  # the package's import sets one thread
+    detector = SpeechDetector()
     ours_seconds = package_seconds = difference = 0.0
     for path in paths:
         audio = load_audio(str(path))
         start = time.perf_counter()
-        ours = speech_probabilities(audio)
+        ours = detector.probabilities(audio)
         ours_seconds += time.perf_counter() - start
         start = time.perf_counter()
         package.reset_states()

@@ -1,11 +1,19 @@
 """The package's layout follows the data: folders by stage, each importing only from itself and the
 stages before it, no import cycle, no module over 400 lines and no function over 60, benchmarks
-included (docs/how-it-works.md)."""
+included; decoding options pass each module once (docs/how-it-works.md)."""
 
 from __future__ import annotations
 
 import ast
+import collections
+import sys
 from pathlib import Path
+
+import pytest
+from conftest import speech
+
+from whisper_spec.longform.pipeline import transcribe
+from whisper_spec.options import DecodingOptions
 
 PACKAGE = Path(__file__).resolve().parents[1] / "whisper_spec"
 CLI = Path(__file__).resolve().parents[1] / "cli"
@@ -87,3 +95,38 @@ def test_no_function_is_over_60_lines():
                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     assert max(lengths.values()) > 40  # the parser finds functions, bodies and all
     assert not {name: n for name, n in lengths.items() if n > MAX_FUNCTION_LINES}
+
+
+@pytest.mark.slow
+def test_decoding_options_enter_each_module_at_most_two_ways(base_pair):
+    """Following DecodingOptions through transcribe (a long recording in speech chunks with word
+    timestamps, and a short clip): each module is entered from another of the package in at most two
+    ways (calling function -> called function), so a module is a stage the options pass once."""
+    ways = collections.defaultdict(set)
+
+    def module_of(code) -> str | None:
+        return code.co_filename[len(str(PACKAGE)) + 1:] if code.co_filename.startswith(str(PACKAGE)) else None
+
+    def profiler(frame, event, arg):
+        code = frame.f_code
+        if event != "call" or module_of(code) is None:
+            return
+        arguments = [frame.f_locals.get(name) for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]]
+        if not any(isinstance(value, DecodingOptions) for value in arguments):
+            return
+        caller = frame.f_back
+        while caller is not None and module_of(caller.f_code) is None:
+            caller = caller.f_back
+        if caller is not None and module_of(caller.f_code) != module_of(code):
+            ways[module_of(code)].add((module_of(caller.f_code), caller.f_code.co_qualname, code.co_qualname))
+
+    files = [speech("longform/librispeech-test-other_1688-142285_0000-0009.flac"),
+             speech("librispeech/dev-clean/1272-128104-0000.flac")]
+    sys.setprofile(profiler)
+    try:
+        results = list(transcribe(base_pair, files, DecodingOptions(word_timestamps=True), batch_size=4))
+    finally:
+        sys.setprofile(None)
+    assert [r.text != "" for r in results] == [True, True]
+    assert "decode/decoding.py" in ways  # the walk sees the options arrive where they are used
+    assert not {module: sorted(found) for module, found in ways.items() if len(found) > 2}

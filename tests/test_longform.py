@@ -23,14 +23,7 @@ from whisper_spec.models.tokenizer import TIME_PRECISION
 from whisper_spec.options import ChunkingOptions, DecodingOptions, SubtitleOptions, VadOptions
 from whisper_spec.outputs.writers import render, to_srt
 from whisper_spec.speech.audio import SAMPLE_RATE, load_audio
-from whisper_spec.speech.vad import (
-    VAD_FRAME,
-    clamp_to_speech,
-    padded,
-    plan_chunks,
-    speech_probabilities,
-    speech_regions,
-)
+from whisper_spec.speech.vad import VAD_FRAME, SpeechDetector, clamp_to_speech, padded, plan_chunks
 
 LONG = ["longform/bill_gates-TED-next-epidemic-excerpt.flac",
         "longform/librispeech-test-other_1688-142285_0000-0009.flac",
@@ -109,10 +102,15 @@ def _room_tone(seconds: float, seed: int) -> np.ndarray:
     return np.convolve(noise, np.ones(8, np.float32) / 8, mode="same") * 0.003
 
 
-def test_voice_activity_finds_speech_and_not_the_pauses():
+@pytest.fixture(scope="module")
+def detector() -> SpeechDetector:
+    return SpeechDetector()
+
+
+def test_voice_activity_finds_speech_and_not_the_pauses(detector):
     words = _utterance("librispeech/test-clean/1221-135766-0002.flac")
     audio = np.concatenate([_room_tone(3, 0), words, np.zeros(60 * S, np.float32), words, _room_tone(20, 1)])
-    regions = speech_regions(audio, VadOptions(), 30.0)
+    regions = detector.regions(audio, VadOptions(), 30.0)
     first_end = (3 * S + len(words)) / S
     second = (first_end + 60, first_end + 60 + len(words) / S)
     assert regions and all(b - a <= 30 * S for a, b in regions)
@@ -124,14 +122,14 @@ def _quieter(audio: np.ndarray, peak: float) -> np.ndarray:
     return audio * (peak / np.abs(audio).max())
 
 
-def test_voice_activity_hears_a_quiet_speaker_after_a_loud_one():
+def test_voice_activity_hears_a_quiet_speaker_after_a_loud_one(detector):
     """Silero's state, carried from loud speech, misses a quieter speaker (FLEURS en joined lost 5 s
     so); the stretches it heard nothing in are heard again on their own."""
     loud, quiet = (_utterance(p) for p in ("librispeech/test-clean/1089-134686-0001.flac",
                                            "librispeech/test-clean/1221-135766-0001.flac"))
     for peak in (0.005, 0.001):
         audio = np.concatenate([loud, np.zeros(S // 2, np.float32), _quieter(quiet, peak)])
-        regions = speech_regions(audio, VadOptions(), 30.0)
+        regions = detector.regions(audio, VadOptions(), 30.0)
         start = len(loud) + S // 2
         heard = sum(max(0, min(b, len(audio)) - max(a, start)) for a, b in regions)
         assert heard >= 0.8 * len(quiet), (peak, regions)
@@ -391,7 +389,7 @@ def test_the_end_of_a_recording_is_transcribed(base_pair, mode):
     assert abs(result.segments[-1].end - last_speech) <= 2.0
     assert result.text.lower().rstrip(".").endswith("behold this kind")  # the reference: "BEHOLD THESE KINE"
     if mode == "vad":
-        assert result.stats.windows == len(plan_file(0, str(path), audio, MODES[mode]).windows)
+        assert result.stats.windows == len(plan_file(0, str(path), audio, MODES[mode], base_pair.speech_detector).windows)
 
 
 @pytest.mark.slow
@@ -417,7 +415,7 @@ def test_a_chunk_held_open_to_its_speech_end_gets_no_invented_text(base_pair):
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit.load, inside the package's loader
-def test_batched_voice_activity_equals_the_package_model_frame_by_frame():
+def test_batched_voice_activity_equals_the_package_model_frame_by_frame(detector):
     import silero_vad
 
     threads = torch.get_num_threads()
@@ -426,7 +424,7 @@ def test_batched_voice_activity_equals_the_package_model_frame_by_frame():
     torch.set_num_threads(threads)  # the package's import sets one thread
     frames = torch.from_numpy(np.pad(audio, (0, -len(audio) % VAD_FRAME))).split(VAD_FRAME)
     packaged = np.array([model(frame, SAMPLE_RATE).item() for frame in frames])
-    ours = np.array(speech_probabilities(audio))
+    ours = np.array(detector.probabilities(audio))
     assert ours.shape == packaged.shape and packaged.max() > 0.9 and packaged.min() < 0.1
     np.testing.assert_allclose(ours, packaged, atol=1e-4)
 

@@ -370,8 +370,8 @@ def test_noise_and_room_tone_give_no_text_and_speech_is_kept(tmp_path):
     pair = load.load_pair("base")
     results = {use: list(transcribe(pair, paths, DecodingOptions(speculation="auto" if use else "off"), batch_size=4))
                for use in (False, True)}
-    for main, speculative in zip(results[False], results[True]):
-        assert main.text == speculative.text
+    for alone, speculative in zip(results[False], results[True]):
+        assert alone.text == speculative.text
     assert [r.text for r in results[True][:3]] == ["", "", ""]
     # no language claimed for noise (detection on it said "nn" and the like); given, it stays
     assert [r.language for r in results[True]] == [None, None, None, "en"]

@@ -112,7 +112,7 @@ class DecodingJob:
     def add(self, index: int, path: str, audio: np.ndarray, language: str | None) -> _Kind:
         """Plan a readable file's windows and queue them; returns their kind."""
         pair, options = self.pair, self.options
-        file = self.files[index] = plan_file(index, path, audio, self.chunking)
+        file = self.files[index] = plan_file(index, path, audio, self.chunking, pair.speech_detector)
         sound = [w for w in file.windows if not silent(w.audio)]
         if language is not None:
             self.languages[path] = language

@@ -21,7 +21,7 @@ from ..decode.results import WindowResult
 from ..models.tokenizer import Tokenizer
 from ..options import ChunkingOptions
 from ..speech.audio import SAMPLE_RATE, SILENCE_PEAK, peak
-from ..speech.vad import VAD_FRAME, padded, plan_chunks, speech_regions, speech_within
+from ..speech.vad import VAD_FRAME, SpeechDetector, padded, plan_chunks, speech_within
 from .segments import (
     END_SLACK_SECONDS,
     TAIL_SECONDS,
@@ -80,6 +80,7 @@ class File:
     speech: list[tuple[int, int]] | None  # samples the voice activity detector found (padded), where it ran
     voiced: list[tuple[int, int]] = field(default_factory=list)  # the same, unpadded
     chunking: ChunkingOptions = ChunkingOptions()  # the detector's settings, where it runs after decoding (_doubtful)
+    detector: SpeechDetector | None = None  # the pair's (WhisperPair.speech_detector), where it runs after decoding
     counted: int = 0  # samples reported to on_window, of a file decoded window after window
     announced: int = 0  # windows whose segments went to on_segments
     language_probability: float | None = None  # where its language was detected once for the whole file
@@ -91,7 +92,7 @@ class File:
         return len(self.audio) / SAMPLE_RATE
 
 
-def plan_file(index: int, path: str, audio: np.ndarray, chunking: ChunkingOptions) -> File:
+def plan_file(index: int, path: str, audio: np.ndarray, chunking: ChunkingOptions, detector: SpeechDetector) -> File:
     """A file's first windows: its speech chunks where chunking.vad says so (by default for audio
     longer than a window), else the window at its start (the next ones follow as it is decoded).
     The voice activity is found for long audio in either mode: it also keeps text and word times
@@ -101,9 +102,9 @@ def plan_file(index: int, path: str, audio: np.ndarray, chunking: ChunkingOption
     chunked = chunking.vad if chunking.vad is not None else long
     speech, voiced = None, []
     if chunked or long:
-        voiced, speech = _speech(audio, chunking)
+        voiced, speech = _speech(audio, chunking, detector)
     if not chunked:
-        file = File(path, audio, [], False, long, speech, voiced, chunking)
+        file = File(path, audio, [], False, long, speech, voiced, chunking, detector)
         start = _speech_from(file, 0)
         # shorter than one frame of the voice-activity model holds no word, yet the model may write one
         # (decisions, "No text from audio shorter than a VAD frame")
@@ -115,12 +116,13 @@ def plan_file(index: int, path: str, audio: np.ndarray, chunking: ChunkingOption
     bounds = [0] + [a for a, _ in chunks[1:]] + [len(audio)]
     windows = [Window(index, a, audio[a:b], (bounds[i + 1] - bounds[i]) / SAMPLE_RATE)
                for i, (a, b) in enumerate(chunks)]
-    return File(path, audio, windows, True, long, speech, voiced, chunking)
+    return File(path, audio, windows, True, long, speech, voiced, chunking, detector)
 
 
-def _speech(audio: np.ndarray, chunking: ChunkingOptions) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+def _speech(audio: np.ndarray, chunking: ChunkingOptions, detector: SpeechDetector
+            ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """The speech the detector finds in a file (samples), and the same padded into the pauses."""
-    voiced = speech_regions(audio, chunking.vad_options, chunking.chunk_length)
+    voiced = detector.regions(audio, chunking.vad_options, chunking.chunk_length)
     return voiced, padded(voiced, chunking.vad_options.speech_pad, len(audio))
 
 
@@ -231,7 +233,7 @@ def _kept_segments(segments: list[Segment], window: Window, file: File, loop_rat
         for word in segment.words:
             word.start, word.end = offset + word.start, offset + word.end
     if kept and file.speech is None and file.chunking.vad is not False and _doubtful(result, window):
-        file.voiced, file.speech = _speech(file.audio, file.chunking)
+        file.voiced, file.speech = _speech(file.audio, file.chunking, file.detector)
     if file.speech is not None:
         kept = keep_to_speech(kept, file.speech, file.voiced)
     if not keep_words:  # timed only to place the segments (sparse)

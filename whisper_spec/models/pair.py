@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..speech.vad import SpeechDetector
 from .draft_head import DraftHead
 from .model import Decoder, DraftVocabProjection, Encoder, Linear, ModelDims
 from .platform import Platform, onednn_packed, resolve
@@ -70,10 +71,19 @@ class WhisperPair:
     device: torch.device
     dtype: torch.dtype
     platform: Platform = field(init=False)  # resolved for these decoders on this device when the pair is made
+    _speech_detector: SpeechDetector | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self):
         self.platform = resolve(self.main.decoder, self.assistant.decoder if self.assistant is not None else None,
                                 self.device)
+
+    @property
+    def speech_detector(self) -> SpeechDetector:
+        """Silero VAD, for long audio and live buffers: loaded at first use (short clips never need it), kept
+        with the pair as everything it decodes with is (decisions, "The house by stage")."""
+        if self._speech_detector is None:
+            self._speech_detector = SpeechDetector()
+        return self._speech_detector
 
     @property
     def shares_encoder(self) -> bool:

@@ -26,7 +26,6 @@ from ..models.pair import WhisperPair
 from ..models.tokenizer import TIME_PRECISION
 from ..options import DecodingOptions, VadOptions
 from ..speech.audio import SAMPLE_RATE
-from ..speech.vad import speech_regions
 
 WINDOW_SECONDS = 30.0
 # a buffer longer than this is trimmed at the end of its last confirmed segment (whisper_streaming's
@@ -97,7 +96,7 @@ def update(pair: WhisperPair, streams: list[LiveStream], options: DecodingOption
     options, eot = replace(options, timestamps=True), pair.main.special.eot
     for stream in streams:  # at most a window: the oldest audio goes, confirmed or not
         _trim(pair, stream, len(stream.audio) - int(WINDOW_SECONDS * SAMPLE_RATE))
-    floors = [_end_floor(stream.audio) for stream in streams]
+    floors = [_end_floor(pair, stream.audio) for stream in streams]
     updates = [LiveUpdate([], list(s.pending), [], DecodingStats(), s.audio, s.prompt(eot), tuple(s.prefix), 0.0,
                           s.seconds) for s in streams]
     for stream, floor in zip(streams, floors):
@@ -141,10 +140,10 @@ def transcript(pair: WhisperPair, stream: LiveStream, name: str = "live") -> Tra
     return Transcript(name, text, stream.language, stream.seconds, list(stream.segments))
 
 
-def _end_floor(audio: np.ndarray) -> float | None:
+def _end_floor(pair: WhisperPair, audio: np.ndarray) -> float | None:
     """Seconds into the buffer its text reaches before it may end: END_SLACK_SECONDS before its
     speech ends; None where it holds no speech."""
-    regions = speech_regions(audio, VadOptions(), WINDOW_SECONDS)
+    regions = pair.speech_detector.regions(audio, VadOptions(), WINDOW_SECONDS)
     return max(0.0, regions[-1][1] / SAMPLE_RATE - END_SLACK_SECONDS) if regions else None
 
 

@@ -60,8 +60,7 @@ def _package_file(name: str) -> Path:
     return Path(spec.submodule_search_locations[0]) / "data" / name
 
 
-@functools.lru_cache(maxsize=1)
-def _model() -> SileroVad:
+def _packaged_model() -> SileroVad:
     with warnings.catch_warnings():  # torch.jit.load's deprecation notice: the package ships TorchScript
         warnings.simplefilter("ignore", DeprecationWarning)
         packaged = torch.jit.load(str(_package_file("silero_vad.jit")), map_location="cpu")._model.state_dict()
@@ -72,14 +71,6 @@ def _model() -> SileroVad:
     model = SileroVad().eval()
     model.load_state_dict({ours: packaged[theirs] for theirs, ours in names.items()})
     return model
-
-
-def speech_probabilities(audio: np.ndarray) -> list[float]:
-    """Silero's speech probability of each 32 ms frame of 16 kHz audio (the last one zero-padded)."""
-    if not len(audio):
-        return []
-    with torch.inference_mode():
-        return _model()(torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))).tolist()
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,30 +89,45 @@ def _segmentation():
 RELISTEN_SECONDS, RELISTEN_PEAK, RELISTEN_GAIN = 1.0, 0.3, 100.0
 
 
-def speech_regions(audio: np.ndarray, options: VadOptions, longest: float) -> list[tuple[int, int]]:
-    """(start, end) samples of the speech in audio, none longer than `longest` seconds once padded
-    (longer speech is split at its longest short pause, as Silero does)."""
-    found = _regions(audio, options, longest)
-    again = []
-    for start, end in zip([0] + [e for _, e in found], [s for s, _ in found] + [len(audio)]):
-        if end - start < RELISTEN_SECONDS * SAMPLE_RATE:
-            continue
-        part = audio[start:end]
-        loudest = peak(part)
-        if loudest >= SILENCE_PEAK:
-            gain = min(max(RELISTEN_PEAK / loudest, 1.0), RELISTEN_GAIN)
-            again += [(start + s, start + e) for s, e in _regions(part * gain, options, longest)]
-    return sorted(found + again)
+class SpeechDetector:
+    """Where a recording's speech is: Silero VAD's network on the silero-vad package's weights and
+    the package's rules from frame probabilities to speech. Loaded where first needed by whoever
+    keeps it (a loaded pair keeps one, WhisperPair.speech_detector), so no module holds a model."""
 
+    def __init__(self):
+        self.model = _packaged_model()
 
-def _regions(audio: np.ndarray, options: VadOptions, longest: float) -> list[tuple[int, int]]:
-    """Silero's speech in audio, heard from its start with a fresh state."""
-    found = _segmentation()(
-        speech_probabilities(audio), sampling_rate=SAMPLE_RATE, threshold=options.threshold,
-        min_speech_duration_ms=round(options.min_speech * 1000), min_silence_duration_ms=round(options.min_silence * 1000),
-        max_speech_duration_s=max(longest - 2 * options.speech_pad, VAD_FRAME * 3 / SAMPLE_RATE),
-        speech_pad_ms=0, audio_length_samples=len(audio))
-    return [(int(s["start"]), int(s["end"])) for s in found]
+    def probabilities(self, audio: np.ndarray) -> list[float]:
+        """Silero's speech probability of each 32 ms frame of 16 kHz audio (the last one zero-padded)."""
+        if not len(audio):
+            return []
+        with torch.inference_mode():
+            return self.model(torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))).tolist()
+
+    def regions(self, audio: np.ndarray, options: VadOptions, longest: float) -> list[tuple[int, int]]:
+        """(start, end) samples of the speech in audio, none longer than `longest` seconds once padded
+        (longer speech is split at its longest short pause, as Silero does)."""
+        found = self._heard(audio, options, longest)
+        again = []
+        for start, end in zip([0] + [e for _, e in found], [s for s, _ in found] + [len(audio)]):
+            if end - start < RELISTEN_SECONDS * SAMPLE_RATE:
+                continue
+            part = audio[start:end]
+            loudest = peak(part)
+            if loudest >= SILENCE_PEAK:
+                gain = min(max(RELISTEN_PEAK / loudest, 1.0), RELISTEN_GAIN)
+                again += [(start + s, start + e) for s, e in self._heard(part * gain, options, longest)]
+        return sorted(found + again)
+
+    def _heard(self, audio: np.ndarray, options: VadOptions, longest: float) -> list[tuple[int, int]]:
+        """Silero's speech in audio, heard from its start with a fresh state."""
+        found = _segmentation()(
+            self.probabilities(audio), sampling_rate=SAMPLE_RATE, threshold=options.threshold,
+            min_speech_duration_ms=round(options.min_speech * 1000),
+            min_silence_duration_ms=round(options.min_silence * 1000),
+            max_speech_duration_s=max(longest - 2 * options.speech_pad, VAD_FRAME * 3 / SAMPLE_RATE),
+            speech_pad_ms=0, audio_length_samples=len(audio))
+        return [(int(s["start"]), int(s["end"])) for s in found]
 
 
 def padded(regions: list[tuple[int, int]], pad: float, n_samples: int) -> list[tuple[int, int]]:
