@@ -57,7 +57,7 @@ part() {  # part CAP_SECONDS NAME COMMAND...
 status=0
 python benchmarks/cuda_libraries.py > "$out/cuda_libraries.json" || status=1
 if [ $dry = 0 ]; then
-  part 150 "CUDA tests" python -m pytest -m cuda -q -p no:cacheprovider -k "not compiled" tests/test_cuda.py 2>&1 \
+  part 150 "CUDA tests" python -m pytest -m cuda -q -n 0 -p no:cacheprovider -k "not compiled" tests/test_cuda.py 2>&1 \
     | tee "$out/cuda_tests.txt" || status=1
   part 150 "step profile" python benchmarks/experiments/gpu_step_profile.py --device cuda --clips 16 \
     --variants flash-cross,compiled --output "$out/step_profile.json" > /dev/null || status=1
@@ -65,7 +65,7 @@ fi
 part 300 "LibriSpeech bench" whisper-spec bench "$speech/manifest.jsonl" --set librispeech --device $device \
   --speculation on "${bench[@]}" ${GPU_BENCH_ARGS:-} --output-dir "$out/librispeech" 2>&1 | tee "$out/bench.log" || status=1
 if [ $dry = 0 ]; then
-  part 150 "compiled CUDA tests" python -m pytest -m cuda -q -p no:cacheprovider -k compiled tests/test_cuda.py \
+  part 150 "compiled CUDA tests" python -m pytest -m cuda -q -n 0 -p no:cacheprovider -k compiled tests/test_cuda.py \
     2>&1 | tee "$out/cuda_tests_compiled.txt" || status=1
 fi
 part 120 "wide batches" whisper-spec bench "$speech/manifest.jsonl" --set librispeech --device $device --no-int8 \

@@ -18,6 +18,19 @@ from whisper_spec.models.tokenizer import SpecialTokens
 from whisper_spec.options import DecodingOptions
 from whisper_spec.speech.audio import load_audio, log_mel_spectrogram, pad_or_trim
 
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject's addopts): a worker a core, at most 4 (more copies of the models for little gain)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+# In a pytest-xdist worker torch's threads are the worker's share of the cores, set before any pair
+# loads (platform.use_threads honours OMP_NUM_THREADS) and inherited by the commands tests start:
+# two workers' threads on one core make every parallel region wait for a time slice (docs/usage.md).
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 # WHISPER_SPEC_SPEECH: where the shared speech set is not beside the checkout (the GPU machine)
 SPEECH = Path(os.environ.get("WHISPER_SPEC_SPEECH") or Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech")
 

@@ -201,8 +201,26 @@ def test_the_python_api_chooses_threads_as_the_command_line_does_once_per_proces
         "load_pair('tiny.en', None, device='cpu')\n"
         "print(first, given, torch.get_num_threads())\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    idle = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # a test worker's count (conftest)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=idle)
     assert done.returncode == 0, done.stderr
     first, given, kept = map(int, done.stdout.split())
     assert 1 <= first <= len(os.sched_getaffinity(0)) < 7
     assert (given, kept) == (3, 3)
+
+
+@pytest.mark.parametrize("variable, expected", [("3", 3), ("", None), ("many", None)])
+def test_omp_num_threads_in_the_environment_is_the_first_loads_thread_count(variable, expected):
+    """OMP_NUM_THREADS where set is the count a load without one takes (the user's, or a test
+    worker's share of the cores), over the idle cores; unset or unreadable, the idle cores."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import torch\nfrom whisper_spec.models.platform import use_threads\n"
+              "torch.set_num_threads(7)\nprint(use_threads(None))\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"} | ({"OMP_NUM_THREADS": variable} if variable else {})
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    chosen = int(done.stdout)
+    assert chosen == expected if expected is not None else 1 <= chosen <= len(os.sched_getaffinity(0)) < 7

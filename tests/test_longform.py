@@ -341,13 +341,30 @@ def test_no_text_in_a_long_pause_or_a_quiet_tail_and_no_word_inside_them(base_pa
         assert end > start, cue
 
 
+LONG_OPTIONS = DecodingOptions(speculation="on", timestamps=True, draft_tokens=4)
+
+
+@pytest.fixture(scope="module")
+def long_main_only(long_pair):
+    """A cutting mode's main-only transcripts of LONG at batch 1, made once for both batch sizes (a
+    file's transcript does not depend on the rest of its batch: test_a_files_outputs_do_not_depend...)."""
+    made = {}
+
+    def of(mode: str) -> list:
+        if mode not in made:
+            made[mode] = list(transcribe(long_pair, [speech(p) for p in LONG], main_alone(LONG_OPTIONS), batch_size=1,
+                                         chunking=MODES[mode]))
+        return made[mode]
+    return of
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("batch_size", [1, 4])
-def test_speculative_long_form_equals_main_only(long_pair, batch_size, mode):
+def test_speculative_long_form_equals_main_only(long_pair, long_main_only, batch_size, mode):
     paths = [speech(p) for p in LONG]
-    options = DecodingOptions(speculation="on", timestamps=True, draft_tokens=4)
-    main_only = list(transcribe(long_pair, paths, main_alone(options), batch_size=batch_size, chunking=MODES[mode]))
+    options = LONG_OPTIONS
+    main_only = long_main_only(mode)
     events = []  # in the order they happen: windows finished, segments handed on, transcripts yielded
     speculative = []
     for result in transcribe(long_pair, paths, options, batch_size=batch_size, chunking=MODES[mode],

@@ -194,16 +194,24 @@ def idle_cores(readings: int = 3) -> int | None:
     return max(1, cores - (min(running) - 1))
 
 
+def _environment_threads() -> int | None:
+    try:
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    except (KeyError, ValueError):
+        return None
+
+
 _THREADS_CHOSEN = False  # torch's thread count is the process's: chosen once, by the first load without a count
 
 
 def use_threads(threads: int | None) -> int:
     """Set torch's CPU threads for the process before a pair loads (its kernels' row invariance is
-    probed with the threads that will run them): `threads` where given; else, the first time, the
-    idle cores (idle_cores), as the command line does, and after that the count already set."""
+    probed with the threads that will run them): `threads` where given; else, the first time,
+    OMP_NUM_THREADS where the environment sets it (a count the user or a test runner's worker chose)
+    or the idle cores (idle_cores), as the command line does; after that the count already set."""
     global _THREADS_CHOSEN
     if threads is None and not _THREADS_CHOSEN:
-        threads = idle_cores()
+        threads = _environment_threads() or idle_cores()
     if threads is not None:
         torch.set_num_threads(threads)
         _THREADS_CHOSEN = True
