@@ -28,8 +28,9 @@ def pytest_xdist_auto_num_workers(config) -> int:
 # loads (platform.use_threads honours OMP_NUM_THREADS) and inherited by the commands tests start:
 # two workers' threads on one core make every parallel region wait for a time slice (docs/usage.md).
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
-    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    _worker_threads = max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ["OMP_NUM_THREADS"] = str(_worker_threads)
+    torch.set_num_threads(_worker_threads)
 
 # WHISPER_SPEC_SPEECH: where the shared speech set is not beside the checkout (the GPU machine)
 SPEECH = Path(os.environ.get("WHISPER_SPEC_SPEECH") or Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech")

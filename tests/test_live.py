@@ -34,6 +34,7 @@ def test_two_streams_share_updates_each_exact_and_the_confirmed_text_is_the_reco
     audio[1] = np.concatenate([np.zeros(SAMPLE_RATE, np.float32), audio[1]])[: len(audio[0])]
     modes = {speculation: [LiveStream(language="en") for _ in audio] for speculation in ("auto", "on")}
     passes = {"auto": 0, "on": 0, "main-only": 0}
+    reference_options = main_alone(DecodingOptions(timestamps=True))
     trimmed = prompted = False
     step = int(STEP * SAMPLE_RATE)
     for at in range(0, len(audio[0]), step):
@@ -48,10 +49,9 @@ def test_two_streams_share_updates_each_exact_and_the_confirmed_text_is_the_reco
         # one main-only reference for both: the same buffers, prompts, prefixes and end floors
         assert [(u.prompt, u.prefix, u.end_floor, len(u.audio)) for u in found["on"]] == [
             (u.prompt, u.prefix, u.end_floor, len(u.audio)) for u in decoded], at / SAMPLE_RATE
-        options = main_alone(DecodingOptions(timestamps=True))
         mel, _ = pair_features(pair, [u.audio for u in decoded])
-        encoded, _ = encode_batch(pair, mel, options)
-        reference, _ = decode_encoded(pair, encoded, options, languages=["en"] * len(decoded),
+        encoded, _ = encode_batch(pair, mel, reference_options)
+        reference, _ = decode_encoded(pair, encoded, reference_options, languages=["en"] * len(decoded),
                                       end_floors=[u.end_floor for u in decoded],
                                       prompts=[u.prompt or None for u in decoded], prefixes=[u.prefix for u in decoded])
         for speculation, updates in found.items():
