@@ -20,7 +20,7 @@ timed and matched the same way. Where whisperlivekit is not installed (pip insta
 tiktoken; it pulls torchaudio, which --no-deps skips), the report says so.
 
     python benchmarks/live.py --set longform --output benchmarks/results/live_longform_epyc_cpu.json
-    python benchmarks/live.py --dry --output /tmp/live.json   # one recording, its first 20 s
+    python benchmarks/live.py --dry --output /tmp/live.json   # one recording, its first 12 s
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def main() -> int:
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True, help="the streaming peer too")
     parser.add_argument("--step", type=float, default=STEP_SECONDS, help="seconds of audio an update (default 1)")
     parser.add_argument("--output", type=Path)
-    args = parse_args(parser, limit=1, seconds=20.0, peer=False)
+    args = parse_args(parser, limit=1, seconds=12.0, peer=False)
     pair = load_pair("base")
     with tempfile.TemporaryDirectory() as folder:
         files, paths = long_recordings(args.recordings, Path(folder))

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import main_alone, perturbed_decoder, random_model
 
-from whisper_spec.decode.decoding import decode_windows
+from whisper_spec.decode.decoding import decode_windows, encode_batch
 from whisper_spec.decode.speculative import HINT_SHIFT, hint_continuation, hint_text
 from whisper_spec.models.pair import WhisperPair
 from whisper_spec.options import DecodingOptions
@@ -57,6 +57,11 @@ def test_past_its_hint_a_row_drafts_from_the_assistant_in_the_same_round():
     assert [r.tokens for r in auto] == [r.tokens for r in main_only]
     assert auto_stats.assistant_forwards == 0 and [r.stats.main_forwards for r in auto] == [
         r.stats.main_forwards for r in hint_alone]
+    # and its encoding makes no assistant states for it (a live update's batch is encoded before it decodes)
+    with_hints = {speculation: encode_batch(pair, mel, replace(options, speculation=speculation), hints=hints)[0]
+                  for speculation in ("auto", "on")}
+    assert with_hints["auto"].assistant is None and with_hints["on"].assistant is not None
+    assert encode_batch(pair, mel, replace(options, speculation="auto"))[0].assistant is not None
 
 
 @pytest.fixture(scope="module")

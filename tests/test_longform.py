@@ -186,9 +186,12 @@ def long_pair(base_pair):
     return WhisperPair(base_pair.main, decoder_subset(base_pair.main, [0, 1, 2, 3, 5]), base_pair.device, base_pair.dtype)
 
 
+JOINED_OPTIONS = DecodingOptions(language="en")
+
+
 @pytest.fixture(scope="module")
-def joined_recordings(tmp_path_factory):
-    """(name, path, what the main model writes for each utterance in it transcribed alone)."""
+def joined_recordings(long_pair, tmp_path_factory):
+    """(name, path, what the main model writes for each utterance in it transcribed alone, joined)."""
     folder = tmp_path_factory.mktemp("joined")
     recordings = []
     for i, (name, audio, parts) in enumerate(_recordings()):
@@ -198,17 +201,17 @@ def joined_recordings(tmp_path_factory):
         for j, part in enumerate(parts):
             part_paths.append(folder / f"joined_{i}_part_{j}.wav")
             soundfile.write(part_paths[-1], part, S)
-        recordings.append((name, path, part_paths))
+        alone = " ".join(r.text for r in transcribe(long_pair, part_paths, main_alone(JOINED_OPTIONS), batch_size=4))
+        recordings.append((name, path, alone))
     return recordings
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
-def test_joined_recordings_keep_every_word(base_pair, joined_recordings, mode):
-    options = DecodingOptions(language="en")
-    for name, path, parts in joined_recordings:
-        alone = " ".join(r.text for r in transcribe(base_pair, parts, main_alone(options)))
-        main_only, speculative = (next(transcribe(base_pair, [path], mode_options, chunking=MODES[mode]))
+def test_joined_recordings_keep_every_word(long_pair, joined_recordings, mode):
+    options = JOINED_OPTIONS
+    for name, path, alone in joined_recordings:
+        main_only, speculative = (next(transcribe(long_pair, [path], mode_options, chunking=MODES[mode]))
                                   for mode_options in (main_alone(options), options))
         assert main_only.text == speculative.text
         wer = word_error_rate([alone], [main_only.text], ["en"])
@@ -496,7 +499,7 @@ def podcast_file(podcast_recording) -> Path:
 
 
 @pytest.mark.slow
-def test_no_text_over_music_pauses_or_noise_and_cues_on_their_speech(base_pair, podcast_recording, tmp_path):
+def test_no_text_over_music_pauses_or_noise_and_cues_on_their_speech(long_pair, podcast_recording, tmp_path):
     """Both modes: no word outside the utterances (0.5 s either side), no sentence written twice, every
     cue within 0.5 s of the speech it covers, the speech all there (WER against the clips' references
     under 25%: base on test-other); 20 s of music alone and 0.3 s of it give no text."""
@@ -507,7 +510,7 @@ def test_no_text_over_music_pauses_or_noise_and_cues_on_their_speech(base_pair, 
     options = DecodingOptions(speculation="on", word_timestamps=True)
     results = {}
     for mode in (main_alone(options), options):
-        transcript, music_text, short_text = transcribe(base_pair, [str(path), str(music_only), str(sub_second)], mode,
+        transcript, music_text, short_text = transcribe(long_pair, [str(path), str(music_only), str(sub_second)], mode,
                                                         batch_size=4)
         assert music_text.text == "" and short_text.text == ""
         words = [(w.start, w.end) for s in transcript.segments for w in s.words]

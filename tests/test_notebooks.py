@@ -14,6 +14,8 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 def test_notebook_runs(name, tmp_path, monkeypatch):
     monkeypatch.setenv("WHISPER_SPEC_NOTEBOOK_LIMIT", "2")
     monkeypatch.setenv("WHISPER_SPEC_NOTEBOOK_REPEATS", "1")
+    # one peer: its rows in the notebook's table (test_bench runs every peer through the same harness)
+    monkeypatch.setenv("WHISPER_SPEC_NOTEBOOK_PEERS", "faster-whisper")
     monkeypatch.setenv("WHISPER_SPEC_NOTEBOOK_OUTPUT", str(tmp_path))
     monkeypatch.delenv("WHISPER_SPEC_ONLINE", raising=False)
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
@@ -22,5 +24,6 @@ def test_notebook_runs(name, tmp_path, monkeypatch):
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
-    assert "| speculative b1 |" in text and "check: passed" in text
+    assert "| speculative b1 |" in text and "| faster-whisper int8 b1 |" in text and "check: passed" in text
+    assert "| transformers b1 |" not in text
     assert (tmp_path / "report.json").exists() or any(tmp_path.rglob("report.json"))

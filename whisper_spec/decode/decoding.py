@@ -53,11 +53,12 @@ class RowRequest:
 
 
 def encode_batch(pair: WhisperPair, mel: Tensor, options: DecodingOptions, assistant_mel: Tensor | None = None,
-                 known_states: list[Tensor | None] | None = None) -> tuple[Encoded, DecodingStats]:
-    """The batch encoded for decoding with these options (the assistant's states only where it takes
-    part; known_states: encoding.encoder_states), and the batch's stats so far (the encoder's time)."""
+                 known_states: list[Tensor | None] | None = None,
+                 hints: Sequence[Sequence[int] | None] | None = None) -> tuple[Encoded, DecodingStats]:
+    """The batch encoded for decoding with these options and hints (the assistant's states only where it
+    takes part; known_states: encoding.encoder_states), and the batch's stats so far (the encoder's time)."""
     stats = DecodingStats(windows=mel.shape[0])
-    with_assistant = _assistant(pair, options) is not None
+    with_assistant = _assistant(pair, options, _hinted(pair, options, hints or ())) is not None
     return encode(pair, mel, assistant_mel, stats, with_assistant=with_assistant, known_states=known_states), stats
 
 
@@ -83,7 +84,7 @@ def decode_windows(
     batch; default 0). hints, prompts and prefixes: per row (decode_encoded). options.speculation="off"
     decodes with the main model alone.
     """
-    encoded, stats = encode_batch(pair, mel, options, assistant_mel)
+    encoded, stats = encode_batch(pair, mel, options, assistant_mel, hints=hints)
     return decode_encoded(pair, encoded, options, languages=languages, seeds=seeds, stats=stats, hints=hints,
                           prompts=prompts, prefixes=prefixes)
 
@@ -171,6 +172,11 @@ def _assistant(pair: WhisperPair, options: DecodingOptions, hinted: bool = False
     return None if hinted and options.speculation == "auto" else assistant
 
 
+def _hinted(pair: WhisperPair, options: DecodingOptions, hints: Sequence[Sequence[int] | None]) -> bool:
+    """Whether a batch with these hints drafts from them (fixed shapes draft from the assistant only)."""
+    return options.speculation != "off" and pair.platform.row_invariant and any(h is not None for h in hints)
+
+
 def _by_prompt_length(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, temperature: float,
                       rows: list[int], requests: list[RowRequest], stats: DecodingStats) -> list[WindowResult]:
     """_decode_pass of these rows of the batch (requests: the whole batch's), together where the
@@ -193,8 +199,7 @@ def _decode_pass(pair: WhisperPair, encoded: Encoded, options: DecodingOptions, 
                  requests: list[RowRequest], stats: DecodingStats, rows: Tensor | None = None) -> list[WindowResult]:
     """One decoding at this temperature (0: greedy) of every row of the batch, or of these rows."""
     main, device, batch = pair.main, pair.device, len(requests)
-    hinted = (options.speculation != "off" and pair.platform.row_invariant  # fixed shapes draft from the assistant only
-              and any(r.hint is not None for r in requests))
+    hinted = _hinted(pair, options, [r.hint for r in requests])
     assistant = _assistant(pair, options, hinted)
     languages = [main.special.language_code(r.language) for r in requests]
     max_length = min(options.max_length or main.dims.n_text_ctx, main.dims.n_text_ctx)

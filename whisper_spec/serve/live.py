@@ -108,9 +108,9 @@ def update(pair: WhisperPair, streams: list[LiveStream], options: DecodingOption
         return updates
     batch = [streams[i] for i in speaking]
     mel, assistant_mel = pair_features(pair, [s.audio for s in batch])
-    encoded, stats = encode_batch(pair, mel, options, assistant_mel)
-    results, _ = decode_encoded(pair, encoded, options, languages=[s.language for s in batch], stats=stats,
-                                hints=[s.hypothesis if hypothesis_drafts else None for s in batch],
+    hints = [s.hypothesis if hypothesis_drafts else None for s in batch]
+    encoded, stats = encode_batch(pair, mel, options, assistant_mel, hints=hints)
+    results, _ = decode_encoded(pair, encoded, options, languages=[s.language for s in batch], stats=stats, hints=hints,
                                 end_floors=[floors[i] for i in speaking],
                                 prompts=[updates[i].prompt or None for i in speaking],
                                 prefixes=[updates[i].prefix for i in speaking])
