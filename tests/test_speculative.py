@@ -67,12 +67,14 @@ def test_a_row_decodes_alike_alone_and_beside_rows_that_finish_first(base_with_l
     same self-attention caches."""
     pair = base_with_layer_subset
     options = DecodingOptions(speculation="on", draft_tokens=4)
-    for mode in (main_alone(options), options):
-        batched, _ = decode_windows(pair, clip_mel, mode)
-        assert len({len(r.tokens) for r in batched}) == len(batched)  # every row ends at its own step
-        alone = [decode_windows(pair, clip_mel[i : i + 1], mode)[0][0] for i in range(4)]
-        assert [r.tokens for r in alone] == [r.tokens for r in batched]
+    # each encoding decoded in both modes (a window's encoder states do not depend on its batch: above)
     encoded = encode(pair, clip_mel, None, DecodingStats())
+    rows = [encode(pair, clip_mel[i : i + 1], None, DecodingStats()) for i in range(4)]
+    for mode in (main_alone(options), options):
+        batched, _ = decode_encoded(pair, encoded, mode)
+        assert len({len(r.tokens) for r in batched}) == len(batched)  # every row ends at its own step
+        alone = [decode_encoded(pair, row, mode)[0][0] for row in rows]
+        assert [r.tokens for r in alone] == [r.tokens for r in batched]
     first, _ = decode_encoded(pair, encoded, options)
     n_ctx = kept_cache_length(pair.main.decoder)
     cache = self_attention_caches(pair.main.decoder, 4, n_ctx)[0].k
