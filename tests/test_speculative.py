@@ -22,8 +22,9 @@ CLIPS = [
 
 
 def assert_identical(pair, mel, options, **kwargs):
-    main_only, _ = decode_windows(pair, mel, main_alone(options), **kwargs)
-    speculative, stats = decode_windows(pair, mel, options, **kwargs)
+    encoded, _ = encode_batch(pair, mel, options)  # both modes decode one encoding
+    main_only, _ = decode_encoded(pair, encoded, main_alone(options), **kwargs)
+    speculative, stats = decode_encoded(pair, encoded, options, **kwargs)
     for row, (a, b) in enumerate(zip(main_only, speculative)):
         assert a.tokens == b.tokens, f"row {row}: speculative output differs from main-only output"
         assert a.language == b.language
