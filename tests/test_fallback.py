@@ -12,7 +12,7 @@ from conftest import main_alone, manifest, mel_of, speech
 from whisper_spec.cli.parser import build_parser
 
 from whisper_spec.bench.metrics import longest_repeat, word_error_rate
-from whisper_spec.decode.decoding import decode_windows
+from whisper_spec.decode.decoding import decode_encoded, encode_batch
 from whisper_spec.decode.results import WindowResult, best_attempt, needs_fallback
 from whisper_spec.decode.sampling import sample_tokens
 from whisper_spec.decode.stats import DecodingStats
@@ -99,19 +99,20 @@ def test_windows_that_fail_try_every_temperature_alike_in_both_modes(doubting_pa
              "librispeech/test-clean/1089-134686-0001.flac"]
     mel = mel_of([speech(c) for c in clips])
     options = DecodingOptions(speculation="on", logprob_threshold=0.0, no_speech_threshold=None)
-    greedy, _ = decode_windows(doubting_pair, mel, replace(options, temperature=0.0, speculation="off"))
-    main_only, main_stats = decode_windows(doubting_pair, mel, main_alone(options), seeds=[1, 2, 3])
-    speculative, stats = decode_windows(doubting_pair, mel, options, seeds=[1, 2, 3])
+    encoded, _ = encode_batch(doubting_pair, mel, options)  # every pass below decodes this one encoding
+    greedy, _ = decode_encoded(doubting_pair, encoded, replace(options, temperature=0.0, speculation="off"))
+    main_only, main_stats = decode_encoded(doubting_pair, encoded, main_alone(options), seeds=[1, 2, 3])
+    speculative, stats = decode_encoded(doubting_pair, encoded, options, seeds=[1, 2, 3])
     assert [r.tokens for r in speculative] == [r.tokens for r in main_only]
     assert stats.fallbacks == main_stats.fallbacks == 5 * len(clips)
     assert stats.drafted > 0 and all(r.stats.fallbacks == 5 for r in speculative)
     assert all(r.avg_logprob is not None and r.temperature in options.temperature for r in main_only)
     # a sampled pass alone: the same draws in both modes, other texts than greedy's, other ones for other seeds
     hot = replace(options, temperature=1.0)
-    sampled, _ = decode_windows(doubting_pair, mel, main_alone(hot), seeds=[1, 2, 3])
-    assert [r.tokens for r in decode_windows(doubting_pair, mel, hot, seeds=[1, 2, 3])[0]] == [r.tokens for r in sampled]
+    sampled, _ = decode_encoded(doubting_pair, encoded, main_alone(hot), seeds=[1, 2, 3])
+    assert [r.tokens for r in decode_encoded(doubting_pair, encoded, hot, seeds=[1, 2, 3])[0]] == [r.tokens for r in sampled]
     assert [r.tokens for r in sampled] != [r.tokens for r in greedy]
-    reseeded, _ = decode_windows(doubting_pair, mel, main_alone(hot), seeds=[7, 8, 9])
+    reseeded, _ = decode_encoded(doubting_pair, encoded, main_alone(hot), seeds=[7, 8, 9])
     assert [r.tokens for r in reseeded] != [r.tokens for r in sampled]
 
 
