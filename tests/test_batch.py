@@ -159,7 +159,7 @@ def test_batch_takes_several_inputs_as_an_unquoted_glob_hands_them_over(tmp_path
 @pytest.mark.slow
 def test_each_file_reads_its_own_prompt_in_a_mixed_job(pair, tmp_path):
     """A manifest's prompts (and the job's, for files without one): a batch holds one prompt, so each
-    file's text is the one it gets transcribed alone with its prompt, in both modes."""
+    file's text is the one it gets transcribed alone with its prompt by the main model, in both modes."""
     french = "Juan Martín del Potro, en 2007."
     files = {"fleurs/fleurs-fr-006.ogg": french, "fleurs/fleurs-es-006.ogg": None,
              "fleurs/fleurs-en-006.ogg": "Luna, Northern Marianas.", "fleurs/fleurs-fr-005.ogg": french}
@@ -167,19 +167,18 @@ def test_each_file_reads_its_own_prompt_in_a_mixed_job(pair, tmp_path):
     source.write_text("".join(json.dumps({"path": str(SPEECH / p)} | ({"prompt": q} if q else {})) + "\n"
                               for p, q in files.items()))
     job_prompt = "Carlos, Luna."
+    main_only = DecodingOptions(speculation="off", prompt=job_prompt)
+    alone = {path: next(transcribe(pair, [SPEECH / path], replace(main_only, prompt=prompt or job_prompt))).text
+             for path, prompt in files.items()}
+    unprompted = {path: next(transcribe(pair, [SPEECH / path], replace(main_only, prompt=None))).text for path in files}
+    assert alone != unprompted  # the prompts change some text
     for speculation in ("on", "off"):
         out = tmp_path / speculation
-        options = DecodingOptions(speculation=speculation, prompt=job_prompt)
-        summary = run_batch(pair, collect_jobs(str(source)), out, ["json"], options, batch_size=4, progress=False)
+        summary = run_batch(pair, collect_jobs(str(source)), out, ["json"], replace(main_only, speculation=speculation),
+                            batch_size=4, progress=False)
         assert summary["done"] == len(files)
-        changed = 0
-        for path, prompt in files.items():
-            text = json.loads((out / f"{Path(path).stem}.json").read_text())["text"]
-            (alone,) = transcribe(pair, [SPEECH / path], replace(options, prompt=prompt or job_prompt), batch_size=1)
-            (unprompted,) = transcribe(pair, [SPEECH / path], replace(options, prompt=None), batch_size=1)
-            assert text == alone.text, path
-            changed += text != unprompted.text
-        assert changed > 0
+        for path in files:
+            assert json.loads((out / f"{Path(path).stem}.json").read_text())["text"] == alone[path], (speculation, path)
 
 
 def test_a_file_where_nobody_speaks_adds_no_language_to_the_summary(tmp_path):
