@@ -190,11 +190,16 @@ def test_an_assistants_own_wide_calls_take_a_float_gemm_and_the_main_models_neve
     """A round's first assistant step reads a prompt or a hint at once: its own linears run such calls
     through a float GEMM on the dequantized weight (near the fused kernel's result); the linears it
     shares with the main model (cross-attention keys and values, the output rows) and all of the main
-    model's stay on the row-invariant kernel, so verification stays exact."""
+    model's stay on the row-invariant kernel, so verification stays exact; its draft vocabulary's on
+    the fused kernel."""
     main_linears = [m for m in int8_pair.main.decoder.modules() if isinstance(m, Int8Linear)]
     shared = {id(m) for m in main_linears}
-    own = [m for m in int8_pair.assistant.decoder.modules() if isinstance(m, Int8Linear) and id(m) not in shared]
+    assistant = int8_pair.assistant.decoder
+    vocabulary = [m for m in assistant.proj_out.modules() if isinstance(m, Int8Linear)]
+    own = [m for m in assistant.modules() if isinstance(m, Int8Linear) and id(m) not in shared and m not in vocabulary]
     assert own and all(m.dense_rows == platform.ASSISTANT_DENSE_ROWS for m in own)
+    # its draft vocabulary's projection (a row a batch row, 20480 x 512): dequantized, dearer at any row count
+    assert vocabulary and all(m.dense_rows is None for m in vocabulary)
     assert all(m.dense_rows is None for m in main_linears)
     fc1 = int8_pair.assistant.decoder.blocks[0].mlp.fc1
     x = torch.randn(platform.ASSISTANT_DENSE_ROWS, fc1.in_features, dtype=torch.bfloat16)
