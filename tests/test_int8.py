@@ -245,12 +245,12 @@ def test_int8_pairs_are_exact_on_their_kernels(request, precision):
     # drafting for Polish too (the shipped assistant would leave it to the main model): the clip
     # on which bfloat16 verification once diverged
     everywhere = replace(pair, assistant=replace(pair.assistant, draft_languages=None))
-    with_timestamps = (DecodingOptions(speculation="on"), DecodingOptions(speculation="on", timestamps=True))
+    plain_and_timed = (DecodingOptions(speculation="on"), DecodingOptions(speculation="on", timestamps=True))
     main_only = {}  # (clip, timestamps): the main model's tokens at batch 4, which batch 1 must give too
     for batch_size in (4, 1):
         for first in range(0, len(CLIPS), batch_size):
-            encoded, _ = encode_batch(everywhere, mel_of(CLIPS[first : first + batch_size]), with_timestamps[0])
-            for options in with_timestamps:
+            encoded, _ = encode_batch(everywhere, mel_of(CLIPS[first : first + batch_size]), plain_and_timed[0])
+            for options in plain_and_timed:
                 if batch_size == 4:
                     alone, _ = decode_encoded(everywhere, encoded, main_alone(options))
                     main_only.update({(first + i, options.timestamps): r.tokens for i, r in enumerate(alone)})

@@ -309,11 +309,11 @@ def prepare_assistant(decoder: Decoder, main: Decoder, device: torch.device) -> 
     on a call's width) take wide calls through a float GEMM on CPU: its drafts need not be exact. Not
     its vocabulary projection (one row a batch row): dequantizing its 10M weights costs more than the
     fused kernel's call at any row count measured (benchmarks/experiments/dense_rows.py)."""
-    shared = {id(module) for module in main.modules()}
+    fused = {id(module) for module in main.modules()}
     if decoder.proj_out is not None:
-        shared |= {id(module) for module in decoder.proj_out.modules()}
+        fused |= {id(module) for module in decoder.proj_out.modules()}
     for linear in decoder.modules():
-        if isinstance(linear, Int8Linear) and id(linear) not in shared:
+        if isinstance(linear, Int8Linear) and id(linear) not in fused:
             linear.dense_rows = ASSISTANT_DENSE_ROWS if device.type == "cpu" else None
 
 
