@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +41,17 @@ def parse_args(parser, **dry):
     if args.dry:
         vars(args).update(dry)
     return args
+
+
+def median_ms(call, repeats: int) -> float:
+    """Median ms of call() over repeats, after one unmeasured call."""
+    call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
 
 
 def save_report(report: dict, output: Path | None) -> None:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import SPEECH, manifest_rows, parse_args, write_report
+from _common import SPEECH, manifest_rows, median_ms, parse_args, write_report
 
 from whisper_spec.bench.metrics import machine_info
 from whisper_spec.bench.peers import FasterWhisperPeer
@@ -58,17 +58,6 @@ def _cross_kv_seconds(pair, states: torch.Tensor) -> float:
     return time.perf_counter() - start
 
 
-def _median_ms(call, repeats: int) -> float:
-    """Median ms of call() over repeats, after one unmeasured call."""
-    call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
-
-
 def _projection_ms_by_rows(pair, repeats: int, int8_activations: bool = True) -> dict:
     """ms of the main decoder's output projection (51865 x 512 for base) by rows in one call: its
     kernel's cost as verification adds rows (int8: quantize.row_int8_mm, or with int8_activations
@@ -78,7 +67,7 @@ def _projection_ms_by_rows(pair, repeats: int, int8_activations: bool = True) ->
         projection = projection.rows(torch.arange(projection.out_features))
         projection.int8_activations = False
     with torch.inference_mode():
-        return {rows: round(_median_ms(functools.partial(projection, torch.randn(rows, d_model, dtype=dtype)), repeats), 2)
+        return {rows: round(median_ms(functools.partial(projection, torch.randn(rows, d_model, dtype=dtype)), repeats), 2)
                 for rows in (1, 2, 4, 5, 8, 16)}
 
 
@@ -159,7 +148,7 @@ def _call_costs(pair, mel: torch.Tensor, repeats: int, position: int = 24) -> di
     main_caches = DecoderCaches(encoded.main, main.new_caches(1, n_ctx))
     assistant_caches = DecoderCaches(encoded.assistant, assistant.new_caches(1, n_ctx))
     token = pair.main.special.eot
-    median_ms = functools.partial(_median_ms, repeats=repeats)
+    timed_ms = functools.partial(median_ms, repeats=repeats)
 
     def main_call(width: int):
         tokens = torch.full((1, width), token)
@@ -171,11 +160,11 @@ def _call_costs(pair, mel: torch.Tensor, repeats: int, position: int = 24) -> di
         return lambda: step(assistant, assistant_caches, position + 1, tokens, positions)
 
     with torch.inference_mode():
-        main_ms = {width: median_ms(main_call(width)) for width in range(1, 6)}
+        main_ms = {width: timed_ms(main_call(width)) for width in range(1, 6)}
         start = time.perf_counter()
         draft_step(compiled_draft_logits)()
         compile_seconds = time.perf_counter() - start
-        draft_ms = {"eager": median_ms(draft_step(draft_logits)), "compiled": median_ms(draft_step(compiled_draft_logits))}
+        draft_ms = {"eager": timed_ms(draft_step(draft_logits)), "compiled": timed_ms(draft_step(compiled_draft_logits))}
     return {"main_call_ms_by_positions": main_ms,
             "main_call_in_one_token_steps": {w: round(ms / main_ms[1], 2) for w, ms in main_ms.items()},
             "assistant_draft_step_ms": draft_ms,

@@ -9,28 +9,19 @@ every shape (decisions, "Live transcription").
 """
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import median_ms  # noqa: E402
+
 from whisper_spec.bench.metrics import machine_info  # noqa: E402
 from whisper_spec.models.load import load_pair  # noqa: E402
 from whisper_spec.models.quantize import Int8Linear  # noqa: E402
 
 ROWS = (4, 8, 12, 16, 20, 24, 32, 48, 64, 96)
-
-
-def _ms(call, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
 
 
 def _shape_timings(linear: Int8Linear, dtype: torch.dtype, repeats: int) -> dict:
@@ -41,8 +32,7 @@ def _shape_timings(linear: Int8Linear, dtype: torch.dtype, repeats: int) -> dict
             for rows in ROWS:
                 x = torch.randn(rows, linear.in_features, dtype=dtype)
                 fused, dense = (lambda: linear(x)), (lambda: linear.many_rows(x))
-                fused(), dense()  # warm: packing, first-call allocation
-                pairs = [(_ms(fused, repeats), _ms(dense, repeats)) for _ in range(3)]  # interleaved
+                pairs = [(median_ms(fused, repeats), median_ms(dense, repeats)) for _ in range(3)]  # interleaved
                 found[rows] = {"fused_ms": round(min(p[0] for p in pairs), 4), "dense_ms": round(min(p[1] for p in pairs), 4)}
     finally:
         linear.dense_rows = dense_rows
